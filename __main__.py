@@ -1,0 +1,20 @@
+"""kamaji-hami-lab: read the stack config, build the lab graph, export what a user needs."""
+
+import sys
+
+import pulumi
+
+from components.config import ConfigError, parse_config, raw_stack_config
+from components.lab import build_lab
+from components.outputs import stack_outputs
+
+try:
+    cfg = parse_config(raw_stack_config(pulumi.runtime.get_config_env()))
+except ConfigError as error:
+    # A user error, not a bug: one clear line, no traceback, nothing registered.
+    pulumi.log.error(f"invalid stack config: {error}")
+    sys.exit(1)
+
+lab = build_lab(cfg, pulumi.get_stack())
+for key, value in stack_outputs(cfg, lab).items():
+    pulumi.export(key, value)

@@ -1,0 +1,1 @@
+"""Pulumi components of the kamaji-hami-lab: one ComponentResource per concern."""

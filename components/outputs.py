@@ -1,0 +1,56 @@
+"""Stack outputs: what a user reads after `pulumi up` (secrets stay secret)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pulumi
+
+from components.config import LabConfig
+from components.footprint import lab_footprint
+from components.lab import Lab
+
+
+def gpu_inventory(inventory: dict[str, list[dict[str, Any]]], split: int) -> dict[str, list[str]]:
+    """Per node, one readable line per card: `NVIDIA L4 23034MB 100% x10 slices`."""
+    return {
+        node: [
+            f"{c['type']} {c['devmem']}MB {c['devcore']}% x{c.get('count', split)} slices"
+            for c in cards
+        ]
+        for node, cards in inventory.items()
+    }
+
+
+def stack_outputs(cfg: LabConfig, lab: Lab) -> dict[str, Any]:
+    footprint = lab_footprint(len(cfg.tenants), sum(t.workers for t in cfg.tenants))
+    return {
+        "network": {
+            "name": lab.network.name,
+            "subnet": str(lab.plan.subnet),
+            "gateway": str(lab.plan.gateway),
+            "containerRange": str(lab.plan.container_range),
+        },
+        "poolRange": lab.plan.pool_range,
+        "managementContext": lab.management.context,
+        "managementKubeconfig": lab.management.kubeconfig,
+        "tenants": {
+            name: {
+                "endpoint": parts.control_plane.endpoint,
+                "nodes": parts.workers.node_names,
+                "gpuMode": next(t.gpu_mode for t in cfg.tenants if t.name == name),
+                "gpus": gpu_inventory(parts.inventory, cfg.hami_split_count),
+            }
+            for name, parts in lab.tenants.items()
+        },
+        "tenantKubeconfigs": pulumi.Output.secret(
+            {name: parts.control_plane.kubeconfig for name, parts in lab.tenants.items()}
+        ),
+        "footprint": {
+            "cpuRequests": round(footprint.cpus, 2),
+            "memoryMB": footprint.memory_mb,
+            "diskGB": footprint.disk_gb,
+        },
+        "labcheckSpec": lab.spec,
+        "validationReports": lab.validation.report_dir if lab.validation else None,
+    }

@@ -1,0 +1,181 @@
+"""SimulatedGpus: deploys the project's gpu_agent into a tenant whose GPUs are simulated.
+
+The agent's code is the ``gpu_agent`` package of this repository (standard library only),
+shipped in a ConfigMap and run on a stock Python image: no image build, no registry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+import gpu_agent
+from components.config import TenantConfig
+from components.footprint import GPU_AGENT_RESOURCES
+
+NAMESPACE = "kube-system"
+NAME = "hami-simulated-gpu-agent"
+CODE_MOUNT = "/opt/agent/gpu_agent"
+CONFIG_MOUNT = "/etc/gpu-agent"
+AGENT_DIR = Path(gpu_agent.__file__).resolve().parent
+LABELS = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/part-of": "kamaji-hami-lab"}
+
+
+def hami_card_type(product: str) -> str:
+    """The type HAMi's device plugin registers: the NVML name, `NVIDIA-` prefixed if it lacks it."""
+    return product if product.startswith("NVIDIA") else f"NVIDIA-{product}"
+
+
+def agent_config(tenant: TenantConfig, split_count: int) -> dict[str, Any]:
+    """Every worker of the tenant carries the tenant's configured cards."""
+    cards = [
+        {"type": hami_card_type(card.product), "devmem": card.memory_mb, "devcore": card.cores}
+        for card in tenant.cards
+    ]
+    return {
+        "splitCount": split_count,
+        "resyncSeconds": 2,
+        "nodes": {node: cards for node in tenant.worker_names},
+    }
+
+
+def agent_source_files() -> dict[str, str]:
+    return {name: (AGENT_DIR / name).read_text() for name in gpu_agent.RUNTIME_FILES}
+
+
+def _metadata(name: str = NAME) -> dict[str, Any]:
+    return {"name": name, "namespace": NAMESPACE, "labels": LABELS}
+
+
+def agent_manifests(config: dict[str, Any], image: str) -> dict[str, dict[str, Any]]:
+    """ServiceAccount, least-privilege ClusterRole and binding, code and config, Deployment."""
+    code = agent_source_files()
+    config_json = json.dumps(config, sort_keys=True, indent=2)
+    # A change of code or config rolls the pod; the ConfigMaps alone would not.
+    checksum = hashlib.sha256(json.dumps([code, config_json], sort_keys=True).encode()).hexdigest()
+    return {
+        "service_account": {"metadata": _metadata()},
+        "cluster_role": {
+            "metadata": {"name": NAME, "labels": LABELS},
+            "rules": gpu_agent.required_rbac_rules(),
+        },
+        "cluster_role_binding": {
+            "metadata": {"name": NAME, "labels": LABELS},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": NAME,
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": NAME, "namespace": NAMESPACE}],
+        },
+        "code": {"metadata": _metadata(f"{NAME}-code"), "data": code},
+        "config": {"metadata": _metadata(f"{NAME}-config"), "data": {"config.json": config_json}},
+        "deployment": {
+            "metadata": _metadata(),
+            "spec": {
+                "replicas": 1,
+                # Never two agents at once: both would finish the same allocations.
+                "strategy": {"type": "Recreate"},
+                "selector": {"matchLabels": {"app.kubernetes.io/name": NAME}},
+                "template": {
+                    "metadata": {"labels": LABELS, "annotations": {"checksum/agent": checksum}},
+                    "spec": _pod_spec(image),
+                },
+            },
+        },
+    }
+
+
+def _pod_spec(image: str) -> dict[str, Any]:
+    return {
+        "serviceAccountName": NAME,
+        "priorityClassName": "system-cluster-critical",
+        "containers": [
+            {
+                "name": "agent",
+                "image": image,
+                "command": ["python", "-m", "gpu_agent"],
+                "workingDir": str(Path(CODE_MOUNT).parent),
+                "env": [
+                    {"name": "GPU_AGENT_CONFIG_FILE", "value": f"{CONFIG_MOUNT}/config.json"},
+                    {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"},
+                    {"name": "PYTHONUNBUFFERED", "value": "1"},
+                ],
+                "resources": GPU_AGENT_RESOURCES,
+                "securityContext": {
+                    "runAsNonRoot": True,
+                    "runAsUser": 65534,
+                    "allowPrivilegeEscalation": False,
+                    "readOnlyRootFilesystem": True,
+                    "capabilities": {"drop": ["ALL"]},
+                },
+                "volumeMounts": [
+                    {"name": "code", "mountPath": CODE_MOUNT, "readOnly": True},
+                    {"name": "config", "mountPath": CONFIG_MOUNT, "readOnly": True},
+                ],
+            }
+        ],
+        "volumes": [
+            {"name": "code", "configMap": {"name": f"{NAME}-code"}},
+            {"name": "config", "configMap": {"name": f"{NAME}-config"}},
+        ],
+    }
+
+
+@dataclass(frozen=True)
+class SimulatedGpusArgs:
+    tenant: TenantConfig
+    split_count: int
+    image: str
+    provider: k8s.Provider
+    depends_on: list[pulumi.Resource]
+
+
+class SimulatedGpus(pulumi.ComponentResource):
+    def __init__(
+        self, name: str, args: SimulatedGpusArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__("kamaji-hami-lab:index:SimulatedGpus", name, None, opts)
+        config = agent_config(args.tenant, args.split_count)
+        m = agent_manifests(config, args.image)
+        child = pulumi.ResourceOptions(parent=self, provider=args.provider)
+        account = k8s.core.v1.ServiceAccount(
+            f"{name}-account", metadata=m["service_account"]["metadata"], opts=child
+        )
+        role = k8s.rbac.v1.ClusterRole(
+            f"{name}-role",
+            metadata=m["cluster_role"]["metadata"],
+            rules=m["cluster_role"]["rules"],
+            opts=child,
+        )
+        binding = k8s.rbac.v1.ClusterRoleBinding(
+            f"{name}-binding",
+            metadata=m["cluster_role_binding"]["metadata"],
+            role_ref=m["cluster_role_binding"]["roleRef"],
+            subjects=m["cluster_role_binding"]["subjects"],
+            opts=pulumi.ResourceOptions.merge(
+                child, pulumi.ResourceOptions(depends_on=[role, account])
+            ),
+        )
+        maps = [
+            k8s.core.v1.ConfigMap(
+                f"{name}-{key}", metadata=m[key]["metadata"], data=m[key]["data"], opts=child
+            )
+            for key in ("code", "config")
+        ]
+        self.deployment = k8s.apps.v1.Deployment(
+            f"{name}-agent",
+            metadata=m["deployment"]["metadata"],
+            spec=m["deployment"]["spec"],
+            opts=pulumi.ResourceOptions.merge(
+                child, pulumi.ResourceOptions(depends_on=[binding, *maps, *args.depends_on])
+            ),
+        )
+        self.inventory = config["nodes"]
+        self.register_outputs({"inventory": self.inventory})

@@ -1,0 +1,180 @@
+"""TenantControlPlane: one Kamaji control plane per tenant on a pinned MetalLB address.
+
+The component waits until Kamaji reports the control plane Ready, reads the admin kubeconfig
+Kamaji writes, and hands it on as a secret and as a Provider for everything in the tenant.
+"""
+
+from __future__ import annotations
+
+import base64
+import ipaddress
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.config import TenantConfig
+from components.footprint import CONTROL_PLANE_RESOURCES, KONNECTIVITY_SERVER_RESOURCES
+from components.kamaji import DATASTORE
+
+API_PORT = 6443
+KONNECTIVITY_PORT = 8132
+READY_TIMEOUT_SECONDS = 900
+LAB_LABEL = "kamaji-hami-lab/tenant"
+
+# Like kind's own nodes: systemd cgroups (kindest/node), swap tolerated instead of `swapoff -a`
+# (which would hit the host from a privileged container), no image GC or disk eviction that a
+# small lab disk would trigger.
+KUBELET_PATCHES: list[dict[str, Any]] = [
+    {"op": "add", "path": "/cgroupDriver", "value": "systemd"},
+    {"op": "add", "path": "/failSwapOn", "value": False},
+    {"op": "add", "path": "/imageGCHighThresholdPercent", "value": 100},
+    {
+        "op": "add",
+        "path": "/evictionHard",
+        "value": {"nodefs.available": "0%", "nodefs.inodesFree": "0%", "imagefs.available": "0%"},
+    },
+]
+
+# The agent must run before the CNI makes nodes Ready: it is how the API server reaches them.
+KONNECTIVITY_AGENT_TOLERATIONS = [
+    {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoSchedule"},
+    {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"},
+    {"key": "CriticalAddonsOnly", "operator": "Exists"},
+]
+
+
+def dns_service_ip(service_cidr: str) -> str:
+    """The tenth address of the service range, kubeadm's convention for CoreDNS."""
+    return str(ipaddress.ip_network(service_cidr)[10])
+
+
+def tenant_control_plane_manifest(tenant: TenantConfig, address: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "kamaji.clastix.io/v1alpha1",
+        "kind": "TenantControlPlane",
+        "metadata": {
+            "name": tenant.name,
+            "namespace": tenant.name,
+            "labels": {LAB_LABEL: tenant.name},
+            "annotations": {
+                # pulumi-kubernetes waits on this before the TCP counts as created.
+                "pulumi.com/waitFor": "jsonpath={.status.kubernetesResources.version.status}=Ready",
+                "pulumi.com/timeoutSeconds": str(READY_TIMEOUT_SECONDS),
+            },
+        },
+        "spec": {
+            "dataStore": DATASTORE,
+            "controlPlane": {
+                "deployment": {"replicas": 1, "resources": CONTROL_PLANE_RESOURCES},
+                "service": {
+                    "serviceType": "LoadBalancer",
+                    "additionalMetadata": {
+                        "annotations": {"metallb.io/loadBalancerIPs": address},
+                        "labels": {LAB_LABEL: tenant.name},
+                    },
+                },
+            },
+            "kubernetes": {
+                "version": tenant.kubernetes_version,
+                "kubelet": {
+                    "configurationJSONPatches": KUBELET_PATCHES,
+                    "preferredAddressTypes": ["InternalIP", "ExternalIP", "Hostname"],
+                },
+            },
+            "networkProfile": {
+                "address": address,
+                "port": API_PORT,
+                "certSANs": [address],
+                "serviceCidr": tenant.service_cidr,
+                "podCidr": tenant.pod_cidr,
+                "dnsServiceIPs": [dns_service_ip(tenant.service_cidr)],
+            },
+            "addons": {
+                "coreDNS": {},
+                "kubeProxy": {},
+                "konnectivity": {
+                    "server": {
+                        "port": KONNECTIVITY_PORT,
+                        "resources": KONNECTIVITY_SERVER_RESOURCES,
+                    },
+                    "agent": {
+                        "mode": "DaemonSet",
+                        "hostNetwork": True,
+                        "tolerations": KONNECTIVITY_AGENT_TOLERATIONS,
+                    },
+                },
+            },
+        },
+    }
+
+
+def admin_kubeconfig_secret_name(tenant_name: str) -> str:
+    return f"{tenant_name}-admin-kubeconfig"
+
+
+def decode_kubeconfig(data: dict[str, str] | None) -> str:
+    """`admin.conf` targets the public LoadBalancer endpoint, reachable from host and workers."""
+    if not data or "admin.conf" not in data:
+        return ""
+    return base64.b64decode(data["admin.conf"]).decode()
+
+
+@dataclass(frozen=True)
+class TenantArgs:
+    tenant: TenantConfig
+    address: str
+    management_provider: k8s.Provider
+    depends_on: list[pulumi.Resource]
+
+
+class Tenant(pulumi.ComponentResource):
+    kubeconfig: pulumi.Output[str]
+    provider: k8s.Provider
+
+    def __init__(
+        self, name: str, args: TenantArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__("kamaji-hami-lab:index:Tenant", name, None, opts)
+        tenant = args.tenant
+        on_management = pulumi.ResourceOptions(parent=self, provider=args.management_provider)
+        self.namespace = k8s.core.v1.Namespace(
+            f"{name}-namespace",
+            metadata={"name": tenant.name, "labels": {LAB_LABEL: tenant.name}},
+            opts=on_management,
+        )
+        manifest = tenant_control_plane_manifest(tenant, args.address)
+        self.control_plane = k8s.apiextensions.CustomResource(
+            f"{name}-control-plane",
+            api_version=manifest["apiVersion"],
+            kind=manifest["kind"],
+            metadata=manifest["metadata"],
+            spec=manifest["spec"],
+            opts=pulumi.ResourceOptions.merge(
+                on_management,
+                pulumi.ResourceOptions(
+                    depends_on=[self.namespace, *args.depends_on],
+                    custom_timeouts=pulumi.CustomTimeouts(create=f"{READY_TIMEOUT_SECONDS}s"),
+                ),
+            ),
+        )
+        secret_name = admin_kubeconfig_secret_name(tenant.name)
+        admin_secret = k8s.core.v1.Secret.get(
+            f"{name}-admin-kubeconfig",
+            f"{tenant.name}/{secret_name}",
+            opts=pulumi.ResourceOptions.merge(
+                on_management, pulumi.ResourceOptions(depends_on=[self.control_plane])
+            ),
+        )
+        self.kubeconfig = pulumi.Output.secret(admin_secret.data.apply(decode_kubeconfig))
+        self.endpoint = f"https://{args.address}:{API_PORT}"
+        self.provider = k8s.Provider(
+            f"{name}-provider",
+            kubeconfig=self.kubeconfig,
+            cluster_identifier=f"{tenant.name}-{args.address}",
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        self.register_outputs(
+            {"endpoint": self.endpoint, "kubeconfig": self.kubeconfig, "address": args.address}
+        )

@@ -1,0 +1,239 @@
+"""Runs the Pulumi program under mocks and records every registration, edges and secrets included.
+
+Pulumi's mock monitor sees each RegisterResource request; a subclass keeps what the tests
+need: type, name, parent, dependencies (explicit and through inputs), provider, inputs, and
+which inputs were sent as secrets. No CLI, no engine, no network.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import runpy
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import yaml
+from google.protobuf import json_format
+from pulumi.runtime import mocks as pulumi_mocks
+
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+PROJECT = "kamaji-hami-lab"
+SECRET_SIG = "4dabf18193072939515e22adb298388d"
+SECRET_MARK = "1b47061264138c4ac30d75fd1eb44270"
+
+FAKE_KUBECONFIG = yaml.safe_dump(
+    {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:6443"}}],
+        "users": [{"name": "u", "user": {"token": "fake-token"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+        "current-context": "c",
+    }
+)
+
+
+@dataclass
+class Registration:
+    urn: str
+    type: str
+    name: str
+    parent: str
+    provider: str
+    dependencies: list[str]
+    inputs: dict[str, Any]
+    secret_inputs: set[str]
+    secret_outputs: list[str]
+    custom: bool
+    read: bool = False
+
+
+@dataclass
+class ProgramRun:
+    resources: list[Registration] = field(default_factory=list)
+    outputs: dict[str, Any] = field(default_factory=dict)  # stack outputs, resolved
+    secret_outputs: set[str] = field(default_factory=set)  # names of secret stack outputs
+
+    def of_type(self, type_: str) -> list[Registration]:
+        return [r for r in self.resources if r.type == type_]
+
+    def named(self, name: str) -> Registration:
+        matches = [r for r in self.resources if r.name == name]
+        assert len(matches) == 1, f"{len(matches)} resources named {name!r}"
+        return matches[0]
+
+    def by_urn(self) -> dict[str, Registration]:
+        return {r.urn: r for r in self.resources}
+
+    def ancestors(self, urn: str) -> Iterator[str]:
+        index = self.by_urn()
+        while urn in index and index[urn].parent:
+            urn = index[urn].parent
+            yield urn
+
+    def subtree(self, root_name: str) -> list[Registration]:
+        root = self.named(root_name).urn
+        return [r for r in self.resources if r.urn == root or root in self.ancestors(r.urn)]
+
+    def depends_on(self, urn: str) -> set[str]:
+        """Everything `urn` waits for, directly or transitively (explicit and input edges)."""
+        index = self.by_urn()
+        seen: set[str] = set()
+        stack = list(index[urn].dependencies)
+        while stack:
+            dep = stack.pop()
+            if dep in seen or dep not in index:
+                continue
+            seen.add(dep)
+            stack.extend(index[dep].dependencies)
+        return seen
+
+
+def _secret_paths(value: Any, path: str = "") -> Iterator[str]:
+    if isinstance(value, dict):
+        if value.get(SECRET_SIG) == SECRET_MARK:
+            yield path
+            return
+        for key, item in value.items():
+            yield from _secret_paths(item, f"{path}.{key}" if path else key)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from _secret_paths(item, f"{path}[{i}]")
+
+
+class RecordingMonitor(pulumi_mocks.MockMonitor):
+    def __init__(self, mocks: pulumi.runtime.Mocks, run: ProgramRun) -> None:
+        super().__init__(mocks)
+        self.run = run
+
+    def RegisterResource(self, request):  # noqa: N802 - gRPC method name
+        response = super().RegisterResource(request)
+        if request.type != "pulumi:pulumi:Stack":
+            raw = json_format.MessageToDict(request.object)
+            self.run.resources.append(
+                Registration(
+                    urn=response.urn,
+                    type=request.type,
+                    name=request.name,
+                    parent=request.parent,
+                    provider=request.provider,
+                    dependencies=list(request.dependencies),
+                    inputs=self.resources[response.urn].state,
+                    secret_inputs=set(_secret_paths(raw)),
+                    secret_outputs=list(request.additionalSecretOutputs),
+                    custom=request.custom,
+                )
+            )
+        return response
+
+    def ReadResource(self, request):  # noqa: N802 - gRPC method name
+        response = super().ReadResource(request)
+        self.run.resources.append(
+            Registration(
+                urn=response.urn,
+                type=request.type,
+                name=request.name,
+                parent=request.parent,
+                provider=request.provider,
+                dependencies=list(request.dependencies),
+                inputs={},
+                secret_inputs=set(),
+                secret_outputs=[],
+                custom=True,
+                read=True,
+            )
+        )
+        return response
+
+
+class LabMocks(pulumi.runtime.Mocks):
+    """Plays the providers: returns inputs as state plus what a real create would compute."""
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs):
+        state = dict(args.inputs)
+        name = args.name
+        if args.typ == "command:local:Command":
+            state["stdout"] = FAKE_KUBECONFIG if name.endswith("-kind") else ""
+            state["stderr"] = ""
+        elif args.typ == "kubernetes:core/v1:Secret" and args.resource_id:
+            state["data"] = {"admin.conf": base64.b64encode(FAKE_KUBECONFIG.encode()).decode()}
+        elif args.typ == "docker:index/remoteImage:RemoteImage":
+            state["imageId"] = "sha256:" + "0" * 64
+        elif args.typ == "docker:index/network:Network":
+            state.setdefault("name", name)
+        return f"{name}-id", state
+
+    def call(self, args: pulumi.runtime.MockCallArgs):
+        return {}
+
+
+def _collect_stack_outputs(run: ProgramRun) -> None:
+    root = pulumi.runtime.settings.get_root_resource()
+    for key, value in getattr(root, "outputs", {}).items():
+        output = pulumi.Output.from_input(value)
+        run.outputs[key] = _await(output.future())
+        if _await(output.is_secret()):
+            run.secret_outputs.add(key)
+
+
+def _await(awaitable: Any) -> Any:
+    return pulumi.runtime.mocks._sync_await(awaitable)  # type: ignore[attr-defined]
+
+
+def config_env(config: dict[str, Any]) -> str:
+    """PULUMI_CONFIG as the language host passes it: structured values are JSON text."""
+    return json.dumps(
+        {
+            f"{PROJECT}:{key}": value if isinstance(value, str) else json.dumps(value)
+            for key, value in config.items()
+        }
+    )
+
+
+def run_program(config: dict[str, Any], *, stack: str = "lab", preview: bool = False) -> ProgramRun:
+    """Runs __main__.py with this stack config and returns what it registered."""
+    run = ProgramRun()
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    old_env = os.environ.get("PULUMI_CONFIG")
+    os.environ["PULUMI_CONFIG"] = config_env(config)
+    old_cwd = Path.cwd()
+    try:
+        os.chdir(PROJECT_DIR)
+        pulumi.runtime.set_all_config({})
+        mocks = LabMocks()
+        pulumi.runtime.set_mocks(
+            mocks,
+            project=PROJECT,
+            stack=stack,
+            preview=preview,
+            monitor=RecordingMonitor(mocks, run),
+        )
+
+        def program() -> None:
+            runpy.run_path(str(PROJECT_DIR / "__main__.py"), run_name="__main__")
+
+        pulumi.runtime.mocks._sync_await(  # type: ignore[attr-defined]
+            pulumi.runtime.stack.run_pulumi_func(program)
+        )
+        _collect_stack_outputs(run)
+    finally:
+        os.chdir(old_cwd)
+        if old_env is None:
+            os.environ.pop("PULUMI_CONFIG", None)
+        else:
+            os.environ["PULUMI_CONFIG"] = old_env
+        loop.close()
+    return run
+
+
+def lab_stack_config() -> dict[str, Any]:
+    """The config of Pulumi.lab.yaml, without the project prefix."""
+    data = yaml.safe_load((PROJECT_DIR / "Pulumi.lab.yaml").read_text())["config"]
+    return {key.split(":", 1)[1]: value for key, value in data.items()}
