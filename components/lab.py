@@ -139,8 +139,7 @@ def build_lab(cfg: LabConfig, stack: str) -> Lab:
         )
     network = LabNetwork(
         "lab-network",
-        LabNetworkArgs(name=cfg.network_name, plan=plan),
-        pulumi.ResourceOptions(depends_on=first),
+        LabNetworkArgs(name=cfg.network_name, plan=plan, after=first),
     )
     management = ManagementCluster(
         "management",

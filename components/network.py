@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_docker as docker
@@ -17,6 +17,7 @@ BRIDGE_OPTIONS = {"com.docker.network.bridge.enable_ip_masquerade": "true"}
 class LabNetworkArgs:
     name: str
     plan: NetworkPlan
+    after: list[pulumi.Resource] = field(default_factory=list)  # e.g. the host preflight
 
 
 def ipam_config(plan: NetworkPlan) -> docker.NetworkIpamConfigArgs:
@@ -36,7 +37,7 @@ class LabNetwork(pulumi.ComponentResource):
     ) -> None:
         super().__init__("kamaji-hami-lab:index:LabNetwork", name, None, opts)
         self.network = docker.Network(
-            name,
+            f"{name}-bridge",
             name=args.name,
             driver="bridge",
             ipv6=False,
@@ -45,7 +46,7 @@ class LabNetwork(pulumi.ComponentResource):
             labels=[
                 docker.NetworkLabelArgs(label="app.kubernetes.io/part-of", value="kamaji-hami-lab")
             ],
-            opts=pulumi.ResourceOptions(parent=self),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=args.after),
         )
         self.name = self.network.name
         self.subnet = str(args.plan.subnet)

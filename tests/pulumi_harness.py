@@ -81,17 +81,24 @@ class ProgramRun:
         root = self.named(root_name).urn
         return [r for r in self.resources if r.urn == root or root in self.ancestors(r.urn)]
 
+    def edges(self, registration: Registration) -> list[str]:
+        """Direct edges: explicit and input dependencies, and the provider it is managed by."""
+        edges = list(registration.dependencies)
+        if registration.provider:  # "<provider urn>::<provider id>"
+            edges.append(registration.provider.rsplit("::", 1)[0])
+        return edges
+
     def depends_on(self, urn: str) -> set[str]:
-        """Everything `urn` waits for, directly or transitively (explicit and input edges)."""
+        """Everything `urn` waits for, directly or transitively."""
         index = self.by_urn()
         seen: set[str] = set()
-        stack = list(index[urn].dependencies)
+        stack = self.edges(index[urn])
         while stack:
             dep = stack.pop()
             if dep in seen or dep not in index:
                 continue
             seen.add(dep)
-            stack.extend(index[dep].dependencies)
+            stack.extend(self.edges(index[dep]))
         return seen
 
 
@@ -112,7 +119,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         super().__init__(mocks)
         self.run = run
 
-    def RegisterResource(self, request):  # noqa: N802 - gRPC method name
+    def RegisterResource(self, request):
         response = super().RegisterResource(request)
         if request.type != "pulumi:pulumi:Stack":
             raw = json_format.MessageToDict(request.object)
@@ -132,7 +139,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
             )
         return response
 
-    def ReadResource(self, request):  # noqa: N802 - gRPC method name
+    def ReadResource(self, request):
         response = super().ReadResource(request)
         self.run.resources.append(
             Registration(

@@ -45,37 +45,58 @@ def test_pulumi_yaml_documents_every_scalar_key_with_the_model_default():
 
 def test_raw_config_keeps_unknown_keys_so_typos_fail():
     raw = raw_stack_config(
-        {"kamaji-hami-lab:tenants": '[{"name": "a"}]', "kamaji-hami-lab:subnett": "x",
-         "other:key": "ignored"}
+        {
+            "kamaji-hami-lab:tenants": '[{"name": "a"}]',
+            "kamaji-hami-lab:subnett": "x",
+            "other:key": "ignored",
+        }
     )
     assert raw == {"tenants": [{"name": "a"}], "subnett": "x"}
     assert error_for(raw).key == "subnett"
 
 
 def test_structured_key_that_is_not_json_names_the_key():
-    with pytest.raises(ConfigError, match="^tenants: is not valid structured config"):
+    with pytest.raises(ConfigError, match=r"^tenants: is not valid structured config"):
         raw_stack_config({"kamaji-hami-lab:tenants": "[{name: a"})
 
 
 @pytest.mark.parametrize(
     ("raw", "key", "fragment"),
     [
-        (with_tenants({"name": "a", "gpus": [{"model": "A200"}]}), "tenants[0].gpus[0].model",
-         "unknown GPU model 'A200'"),
+        (
+            with_tenants({"name": "a", "gpus": [{"model": "A200"}]}),
+            "tenants[0].gpus[0].model",
+            "unknown GPU model 'A200'",
+        ),
         (with_tenants({"name": "a"}, {"name": "a"}), "tenants[1].name", "duplicate tenant name"),
         (with_tenants({"name": "a"}, subnet="172.30.0.0/30"), "subnet", "use a larger subnet"),
         (with_tenants({"name": "Tenant_A"}), "tenants[0].name", "DNS label"),
         (with_tenants({"name": "a", "workrs": 2}), "tenants[0].workrs", "Extra inputs"),
-        (with_tenants({"name": "a", "gpus": [{"model": "L4", "cores": 150}]}),
-         "tenants[0].gpus[0].cores", "less than or equal to 100"),
-        (with_tenants({"name": "a", "kubernetesVersion": "v1.29.0"}),
-         "tenants[0].kubernetesVersion", "Kamaji supports"),
-        (with_tenants({"name": "a", "kubernetesVersion": "v1.34.2"}), "tenants[0].workerImage",
-         "no pinned kindest/node image"),
-        (with_tenants({"name": "a", "workerImage": "kindest/node:v1.35.0"}),
-         "tenants[0].workerImage", "pinned by digest"),
-        (with_tenants({"name": "a"}, managementNodeImage="kindest/node:latest"),
-         "managementNodeImage", "pinned by digest"),
+        (
+            with_tenants({"name": "a", "gpus": [{"model": "L4", "cores": 150}]}),
+            "tenants[0].gpus[0].cores",
+            "less than or equal to 100",
+        ),
+        (
+            with_tenants({"name": "a", "kubernetesVersion": "v1.29.0"}),
+            "tenants[0].kubernetesVersion",
+            "Kamaji supports",
+        ),
+        (
+            with_tenants({"name": "a", "kubernetesVersion": "v1.34.2"}),
+            "tenants[0].workerImage",
+            "no pinned kindest/node image",
+        ),
+        (
+            with_tenants({"name": "a", "workerImage": "kindest/node:v1.35.0"}),
+            "tenants[0].workerImage",
+            "pinned by digest",
+        ),
+        (
+            with_tenants({"name": "a"}, managementNodeImage="kindest/node:latest"),
+            "managementNodeImage",
+            "pinned by digest",
+        ),
         ({}, "tenants", "Field required"),
         (with_tenants({"name": "a"}, hamiSplitCount="0"), "hamiSplitCount", "greater than"),
     ],
@@ -89,8 +110,9 @@ def test_bad_values_stop_with_the_key(raw: dict, key: str, fragment: str):
 
 def test_custom_gpu_model_needs_memory_and_then_works():
     cfg = parse_config(
-        with_tenants({"name": "a", "gpus": [{"model": "B200", "memoryMb": 183359,
-                                             "product": "NVIDIA B200"}]})
+        with_tenants(
+            {"name": "a", "gpus": [{"model": "B200", "memoryMb": 183359, "product": "NVIDIA B200"}]}
+        )
     )
     (card,) = cfg.tenants[0].cards
     assert (card.product, card.memory_mb, card.cores) == ("NVIDIA B200", 183359, 100)

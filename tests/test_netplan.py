@@ -37,8 +37,10 @@ def test_pool_is_a_range_inside_the_subnet_and_outside_the_container_range(subne
     assert int(net.network_address) not in pool
     assert int(net.broadcast_address) not in pool
     assert int(p.gateway) not in pool
-    assert not any(int(a) in pool for a in (p.container_range.network_address,
-                                             p.container_range.broadcast_address))
+    assert not any(
+        int(a) in pool
+        for a in (p.container_range.network_address, p.container_range.broadcast_address)
+    )
     assert int(p.container_range.broadcast_address) < int(p.pool_start)
     assert all(int(a) in pool for a in p.tenant_addresses.values())
     assert len(set(p.tenant_addresses.values())) == 2
@@ -63,19 +65,38 @@ def test_pinned_address_is_kept_and_others_fill_around_it():
         ({"poolRange": "172.30.255.250-172.30.255.240"}, "poolRange", "starts after it ends"),
         ({"poolRange": "172.30.255.250"}, "poolRange", "must be a range"),
         ({"poolRange": "172.30.255.250-172.30.255.250"}, "poolRange", "1 addresses for 2 tenants"),
-        ({"gateway": "172.30.255.250", "poolRange": "172.30.255.240-172.30.255.254"},
-         "poolRange", "gateway"),
+        (
+            {"gateway": "172.30.255.250", "poolRange": "172.30.255.240-172.30.255.254"},
+            "poolRange",
+            "gateway",
+        ),
         ({"gateway": "10.0.0.1"}, "gateway", "not a host address"),
         ({"containerRange": "10.0.0.0/24"}, "containerRange", "not inside"),
-        ({"tenants": [{"name": "a", "podCidr": "172.30.8.0/21"}]}, "tenants[0].podCidr",
-         "overlaps the lab subnet"),
-        ({"tenants": [{"name": "a", "serviceCidr": "10.244.0.0/20"}]}, "tenants[0].serviceCidr",
-         "overlaps podCidr"),
-        ({"tenants": [{"name": "a", "address": "172.30.1.1"}]}, "tenants[0].address",
-         "outside the pool"),
-        ({"tenants": [{"name": "a", "address": "172.30.255.210"},
-                      {"name": "b", "address": "172.30.255.210"}]},
-         "tenants[1].address", "already pinned by tenant 'a'"),
+        (
+            {"tenants": [{"name": "a", "podCidr": "172.30.8.0/21"}]},
+            "tenants[0].podCidr",
+            "overlaps the lab subnet",
+        ),
+        (
+            {"tenants": [{"name": "a", "serviceCidr": "10.244.0.0/20"}]},
+            "tenants[0].serviceCidr",
+            "overlaps podCidr",
+        ),
+        (
+            {"tenants": [{"name": "a", "address": "172.30.1.1"}]},
+            "tenants[0].address",
+            "outside the pool",
+        ),
+        (
+            {
+                "tenants": [
+                    {"name": "a", "address": "172.30.255.210"},
+                    {"name": "b", "address": "172.30.255.210"},
+                ]
+            },
+            "tenants[1].address",
+            "already pinned by tenant 'a'",
+        ),
     ],
 )
 def test_bad_network_config_names_the_key(top, key, fragment):

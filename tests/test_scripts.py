@@ -22,7 +22,9 @@ from components.scripts import (
 FAKE_KIND = r"""#!/bin/sh
 echo "kind $*" >> "$CALLS"
 case "$1" in
-  get) if [ "$2" = clusters ]; then printf '%s\n' $EXISTING_CLUSTERS; else echo "KUBECONFIG-OF-$4"; fi ;;
+  get)
+    if [ "$2" = clusters ]; then printf '%s\n' $EXISTING_CLUSTERS
+    else echo "KUBECONFIG-OF-$4"; fi ;;
   create) grep -q "ipFamily: ipv4" "$6" || exit 9 ;;
 esac
 """
@@ -31,7 +33,9 @@ echo "kubectl $* KUBECONFIG=$(cat "$KUBECONFIG")" >> "$CALLS"
 case "$*" in
   *--dry-run=server*)
     n=$(cat "$STATE/dry" 2>/dev/null || echo 0); echo $((n + 1)) > "$STATE/dry"
-    [ "$n" -ge "${WEBHOOK_FAILS:-0}" ] || { echo 'failed calling webhook "ipaddresspoolvalidationwebhook.metallb.io"' >&2; exit 1; } ;;
+    if [ "$n" -lt "${WEBHOOK_FAILS:-0}" ]; then
+      echo 'failed calling webhook "ipaddresspoolvalidationwebhook.metallb.io"' >&2; exit 1
+    fi ;;
 esac
 """
 FAKE_DOCKER = r"""#!/bin/sh
@@ -47,7 +51,8 @@ case "$1" in
       kubeadm\ token*)
         n=$(cat "$STATE/tokens" 2>/dev/null || echo 0); echo $((n + 1)) > "$STATE/tokens"
         [ "$n" -ge "${TOKEN_FAILS:-0}" ] || exit 1
-        echo "kubeadm join 172.30.255.205:6443 --token abc.def --discovery-token-ca-cert-hash sha256:00" ;;
+        echo "kubeadm join 172.30.255.205:6443 --token abc.def" \
+          "--discovery-token-ca-cert-hash sha256:00" ;;
     esac ;;
 esac
 """
@@ -72,7 +77,10 @@ def host(tmp_path: Path):
         }
         return subprocess.run(
             ["/bin/sh", "-c", script.replace("sleep 3", "sleep 0").replace("sleep 1", "sleep 0")],
-            env=full_env, capture_output=True, text=True, timeout=60,
+            env=full_env,
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
 
     run.calls = lambda: (tmp_path / "calls").read_text().splitlines()  # type: ignore[attr-defined]
@@ -117,8 +125,12 @@ def test_kind_delete_names_the_cluster(host):
 
 
 def test_metallb_wait_retries_until_the_webhook_admits_the_pool(host):
-    result = host(metallb_webhook_wait_script(30), LAB_KUBECONFIG="secret-kc",
-                  METALLB_MANIFEST="kind: IPAddressPool", WEBHOOK_FAILS="2")
+    result = host(
+        metallb_webhook_wait_script(30),
+        LAB_KUBECONFIG="secret-kc",
+        METALLB_MANIFEST="kind: IPAddressPool",
+        WEBHOOK_FAILS="2",
+    )
     assert result.returncode == 0, result.stderr
     dry_runs = [c for c in host.calls() if "--dry-run=server" in c]
     assert len(dry_runs) == 3
@@ -127,15 +139,23 @@ def test_metallb_wait_retries_until_the_webhook_admits_the_pool(host):
 
 
 def test_metallb_wait_gives_up_with_the_webhook_error(host):
-    result = host(metallb_webhook_wait_script(0), LAB_KUBECONFIG="kc",
-                  METALLB_MANIFEST="x", WEBHOOK_FAILS="99")
+    result = host(
+        metallb_webhook_wait_script(0),
+        LAB_KUBECONFIG="kc",
+        METALLB_MANIFEST="x",
+        WEBHOOK_FAILS="99",
+    )
     assert result.returncode == 1
     assert "ipaddresspoolvalidationwebhook.metallb.io" in result.stderr
 
 
 def test_join_retries_token_then_joins_with_preflight_exceptions(host):
-    result = host(worker_join_script(30), NODE_NAME="tenant-a-worker-1",
-                  LAB_KUBECONFIG="tenant-kc", TOKEN_FAILS="2")
+    result = host(
+        worker_join_script(30),
+        NODE_NAME="tenant-a-worker-1",
+        LAB_KUBECONFIG="tenant-kc",
+        TOKEN_FAILS="2",
+    )
     assert result.returncode == 0, result.stderr
     calls = host.calls()
     joins = [c for c in calls if "kubeadm join" in c]

@@ -1,0 +1,188 @@
+"""Manifest, values and argument builders, checked as plain functions."""
+
+from __future__ import annotations
+
+import json
+
+import pulumi_docker as docker
+from pulumi_harness import lab_stack_config
+
+from components.cni import flannel_cni_conf, flannel_values
+from components.config import parse_config
+from components.footprint import CONTROL_PLANE_RESOURCES
+from components.hami import gpu_quota_manifest, hami_values
+from components.kamaji import cert_manager_values, kamaji_values
+from components.metallb import metallb_values, pool_manifests
+from components.netplan import plan_network
+from components.network import BRIDGE_OPTIONS, ipam_config
+from components.simulated_gpus import agent_config, agent_manifests, hami_card_type
+from components.tenant import dns_service_ip, tenant_control_plane_manifest
+from components.workers import node_container_args
+
+CFG = parse_config(lab_stack_config())
+TENANT_A, TENANT_B = CFG.tenants
+PLAN = plan_network(CFG)
+
+
+def test_network_is_one_ipv4_ipam_entry_with_a_container_range():
+    ipam = ipam_config(PLAN)
+    assert (ipam.subnet, ipam.gateway, ipam.ip_range) == (
+        "172.30.0.0/16",
+        "172.30.0.1",
+        "172.30.0.0/17",
+    )
+    assert BRIDGE_OPTIONS == {"com.docker.network.bridge.enable_ip_masquerade": "true"}
+
+
+def test_metallb_native_mode_and_pool_range():
+    values = metallb_values()
+    assert values["speaker"]["frr"]["enabled"] is False
+    assert values["frrk8s"]["enabled"] is False
+    pool, l2 = pool_manifests(PLAN.pool_range)
+    assert pool["kind"] == "IPAddressPool" and pool["apiVersion"] == "metallb.io/v1beta1"
+    assert pool["spec"]["addresses"] == ["172.30.255.205-172.30.255.254"]
+    assert pool["metadata"]["namespace"] == l2["metadata"]["namespace"] == "metallb-system"
+    assert l2["kind"] == "L2Advertisement"
+    assert l2["spec"]["ipAddressPools"] == [pool["metadata"]["name"]]
+
+
+def test_kamaji_values_pin_the_image_and_shrink_etcd():
+    values = kamaji_values("26.8.2-edge", 1, "2Gi")
+    assert values["image"] == {"tag": "26.8.2-edge"}
+    assert values["telemetry"] == {"disabled": True}
+    etcd = values["kamaji-etcd"]
+    assert etcd["deploy"] is True and etcd["replicas"] == 1
+    assert etcd["persistentVolumeClaim"] == {"size": "2Gi"}
+    assert values["defaultDatastoreName"] == etcd["datastore"]["name"] == "default"
+    assert cert_manager_values() == {"crds": {"enabled": True}}
+
+
+def test_tenant_control_plane_fields():
+    address = str(PLAN.tenant_addresses["tenant-a"])
+    tcp = tenant_control_plane_manifest(TENANT_A, address)
+    spec = tcp["spec"]
+    assert tcp["metadata"]["name"] == tcp["metadata"]["namespace"] == "tenant-a"
+    assert tcp["metadata"]["annotations"]["pulumi.com/waitFor"] == (
+        "jsonpath={.status.kubernetesResources.version.status}=Ready"
+    )
+    assert spec["controlPlane"]["deployment"]["replicas"] == 1
+    assert spec["controlPlane"]["deployment"]["resources"] == CONTROL_PLANE_RESOURCES
+    assert CONTROL_PLANE_RESOURCES["apiServer"]["limits"]["memory"] == "1536Mi"
+    service = spec["controlPlane"]["service"]
+    assert service["serviceType"] == "LoadBalancer"
+    assert service["additionalMetadata"]["annotations"] == {"metallb.io/loadBalancerIPs": address}
+    assert spec["kubernetes"]["version"] == "v1.35.0"
+    patches = {
+        p["path"]: p["value"] for p in spec["kubernetes"]["kubelet"]["configurationJSONPatches"]
+    }
+    assert patches["/cgroupDriver"] == "systemd"
+    assert patches["/failSwapOn"] is False
+    assert patches["/imageGCHighThresholdPercent"] == 100
+    net = spec["networkProfile"]
+    assert (net["address"], net["port"], net["certSANs"]) == (address, 6443, [address])
+    assert (net["podCidr"], net["serviceCidr"], net["dnsServiceIPs"]) == (
+        "10.244.0.0/16",
+        "10.96.0.0/16",
+        ["10.96.0.10"],
+    )
+    konnectivity = spec["addons"]["konnectivity"]
+    assert konnectivity["server"]["port"] == 8132
+    assert konnectivity["agent"]["mode"] == "DaemonSet"
+    assert konnectivity["agent"]["hostNetwork"] is True
+    assert {
+        "key": "node.kubernetes.io/not-ready",
+        "operator": "Exists",
+        "effect": "NoSchedule",
+    } in (konnectivity["agent"]["tolerations"])
+    assert spec["addons"]["coreDNS"] == {} and spec["addons"]["kubeProxy"] == {}
+
+
+def test_dns_service_ip_is_the_tenth_address():
+    assert dns_service_ip("10.100.0.0/16") == "10.100.0.10"
+
+
+def test_worker_container_has_kinds_node_flags():
+    args = node_container_args("tenant-a-worker-1", "tenant-a", "img-id", "kamaji-hami-lab")
+    assert args["privileged"] is True
+    assert args["hostname"] == args["name"] == "tenant-a-worker-1"
+    assert set(args["security_opts"]) == {"seccomp=unconfined", "apparmor=unconfined"}
+    assert args["tmpfs"] == {"/tmp": "", "/run": ""}
+    assert args["cgroupns_mode"] == "private" and args["init"] is False and args["tty"] is True
+    assert (args["restart"], args["max_retry_count"]) == ("on-failure", 1)
+    mounts = {(v.container_path, v.host_path, v.read_only) for v in args["volumes"]}
+    assert mounts == {("/var", None, None), ("/lib/modules", "/lib/modules", True)}
+    assert [n.name for n in args["networks_advanced"]] == ["kamaji-hami-lab"]
+    assert isinstance(args["networks_advanced"][0], docker.ContainerNetworksAdvancedArgs)
+
+
+def test_flannel_routes_the_tenant_pod_cidr_through_ptp():
+    values = flannel_values("10.250.0.0/16")
+    assert values["podCidr"] == "10.250.0.0/16"
+    conf = json.loads(values["flannel"]["cniConf"])
+    assert conf == json.loads(flannel_cni_conf())
+    flannel = conf["plugins"][0]
+    assert flannel["type"] == "flannel"
+    assert flannel["delegate"]["type"] == "ptp"  # kindest/node has no bridge plugin
+    assert {"dst": "0.0.0.0/0"} in flannel["ipam"]["routes"]
+
+
+def test_hami_values_for_simulated_gpus():
+    values = hami_values(TENANT_B, 10, "5m")
+    image = values["scheduler"]["kubeScheduler"]["image"]
+    assert image == {
+        "registry": "registry.k8s.io",
+        "repository": "kube-scheduler",
+        "tag": "v1.35.0",
+    }
+    assert "--node-lock-timeout=5m" in values["scheduler"]["extender"]["extraArgs"]
+    assert values["scheduler"]["defaultSchedulerPolicy"] == {
+        "nodeSchedulerPolicy": "binpack",
+        "gpuSchedulerPolicy": "spread",
+    }
+    assert values["devicePlugin"]["enabled"] is False
+    assert values["devicePlugin"]["deviceSplitCount"] == 10
+    assert values["mockDevicePlugin"] == {"enabled": True}
+    assert "nodeLockExpire" not in json.dumps(values)  # ignored upstream: never rely on it
+
+
+def test_gpu_quota_uses_hamis_key():
+    quota = gpu_quota_manifest(81920)
+    assert quota["spec"]["hard"] == {"limits.nvidia.com/gpumem": "81920"}
+
+
+def test_card_types_as_hami_registers_them():
+    assert hami_card_type("NVIDIA L4") == "NVIDIA L4"
+    assert hami_card_type("Tesla T4") == "NVIDIA-Tesla T4"
+
+
+def test_agent_config_lists_every_worker_with_its_cards():
+    config = agent_config(TENANT_B, 10)
+    assert config["splitCount"] == 10
+    assert config["nodes"] == {
+        "tenant-b-worker-1": [{"type": "NVIDIA L4", "devmem": 23034, "devcore": 100}] * 2
+    }
+
+
+def test_agent_manifests_are_least_privilege_and_pinned():
+    m = agent_manifests(agent_config(TENANT_A, 10), "python:3@sha256:" + "f" * 64)
+    for rule in m["cluster_role"]["rules"]:
+        assert "*" not in rule["verbs"] and "*" not in rule["resources"]
+    pod = m["deployment"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["image"].endswith("f" * 64)
+    assert container["command"] == ["python", "-m", "gpu_agent"]
+    assert container["resources"]["limits"]["memory"]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert pod["serviceAccountName"] == m["service_account"]["metadata"]["name"]
+    assert "__main__.py" in m["code"]["data"] and "agent.py" in m["code"]["data"]
+    config = json.loads(m["config"]["data"]["config.json"])
+    assert list(config["nodes"]) == ["tenant-a-worker-1"]
+
+
+def test_agent_pod_rolls_when_code_or_config_changes():
+    def checksum(split: int) -> str:
+        m = agent_manifests(agent_config(TENANT_A, split), "img")
+        return m["deployment"]["spec"]["template"]["metadata"]["annotations"]["checksum/agent"]
+
+    assert checksum(10) == checksum(10)
+    assert checksum(10) != checksum(5)
