@@ -1,0 +1,126 @@
+"""The ordered check registry. Order matters: cheap, fundamental checks first, and GPU
+checks one after another so each starts from a node with our pods already gone."""
+
+from __future__ import annotations
+
+from ..runner import Check
+from . import gpu, isolation, konnectivity, management, tenant
+
+API = ("tenant.api",)
+GPU = ("tenant.api", "nodes.joined", "hami.webhook")
+
+ALL_CHECKS: tuple[Check, ...] = (
+    Check(
+        "mgmt.kamaji",
+        "Kamaji controller and datastore ready",
+        management.kamaji_ready,
+        per_tenant=False,
+    ),
+    Check(
+        "mgmt.webhooks",
+        "cert-manager and MetalLB webhooks serving",
+        management.webhooks_serving,
+        per_tenant=False,
+    ),
+    Check(
+        "tcp.ready",
+        "TenantControlPlane Ready on its pinned address",
+        management.tcp_ready,
+        requires=("mgmt.kamaji",),
+    ),
+    Check(
+        "tcp.distinct",
+        "Tenant endpoints distinct",
+        management.tcp_distinct,
+        per_tenant=False,
+        requires=("tcp.ready",),
+    ),
+    Check(
+        "tenant.api",
+        "Tenant API version and /readyz",
+        tenant.api_reachable,
+        requires=("tcp.ready",),
+    ),
+    Check(
+        "nodes.joined",
+        "Configured workers joined, Ready, and only those",
+        tenant.workers_joined,
+        requires=API,
+    ),
+    Check(
+        "nodes.management-clean",
+        "Management cluster has no tenant workers",
+        management.management_has_no_workers,
+        per_tenant=False,
+    ),
+    Check(
+        "konnectivity.logs",
+        "Pod logs through Konnectivity",
+        konnectivity.logs,
+        requires=("nodes.joined",),
+    ),
+    Check(
+        "konnectivity.exec",
+        "Exec through Konnectivity",
+        konnectivity.exec_,
+        requires=("nodes.joined",),
+    ),
+    Check(
+        "konnectivity.port-forward",
+        "Port-forward through Konnectivity",
+        konnectivity.port_forward,
+        requires=("nodes.joined",),
+    ),
+    Check(
+        "hami.webhook",
+        "GPU pod gets schedulerName hami-scheduler",
+        gpu.webhook,
+        requires=("nodes.joined",),
+    ),
+    Check(
+        "gpu.inventory",
+        "Node allocatable and registered cards match inventory",
+        gpu.inventory,
+        requires=API,
+    ),
+    Check("gpu.sharing", "Fractional slices share one card", gpu.sharing, requires=GPU),
+    Check("gpu.policy", "Placement follows binpack/spread", gpu.policy, requires=GPU),
+    Check(
+        "gpu.oversubscription",
+        "Over-asking pod stays Pending with HAMi's reason",
+        gpu.oversubscription,
+        requires=GPU,
+    ),
+    Check("gpu.quota", "GPU memory ResourceQuota enforced", gpu.quota, requires=GPU),
+    Check(
+        "gpu.node-lock",
+        "Back-to-back GPU pods bind; node lock released",
+        gpu.node_lock,
+        requires=GPU,
+    ),
+    Check(
+        "isolation.cross-tenant",
+        "Tenant credentials refused by other tenants",
+        isolation.cross_tenant,
+        per_tenant=False,
+        requires=API,
+    ),
+    Check(
+        "isolation.management",
+        "Tenant credentials refused by the management API",
+        isolation.management_refused,
+        requires=API,
+    ),
+    Check(
+        "isolation.gpu-placement",
+        "GPU pods stay on the tenant's own nodes",
+        isolation.gpu_placement,
+        requires=API,
+    ),
+    Check(
+        "gpu.memory-limit",
+        "nvidia-smi in a pod reports the slice (real GPUs)",
+        gpu.memory_limit,
+        requires=GPU,
+    ),
+)

@@ -1,0 +1,478 @@
+"""Checks 6-9 and 11: HAMi webhook, fractional GPUs, oversubscription, node lock, limits."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from ..cluster import ClusterError, Obj, likely_cause
+from ..context import RunContext, pod_summary
+from ..hami import (
+    ANN_BIND_PHASE,
+    ANN_LOCK,
+    ANN_NODE,
+    QUOTA_MEM_KEY,
+    RES_GPU,
+    SCHEDULER,
+    CardState,
+    apply_usage,
+    is_hami_reason,
+    node_cards,
+    pending_reason,
+    pod_slices,
+    predict,
+    quantity_int,
+)
+from ..objects import gpu_pod, run_labels
+from ..result import CheckFailed, CheckSkipped
+from ..spec import Tenant
+from ..waiting import WaitTimeout
+
+WEBHOOK_CAUSE = "HAMi webhook not reached; Konnectivity tunnel or kube-proxy on workers broken"
+BIND_CAUSE = (
+    "allocation never finished: the node lock or bind-phase is stuck (simulated: "
+    "the lab agent is not completing allocations; real: device plugin Allocate failed)"
+)
+
+
+def _needs_gpus(t: Tenant) -> list[str]:
+    nodes = t.gpu_nodes()
+    if not nodes:
+        raise CheckSkipped("no GPU nodes configured for this tenant")
+    return nodes
+
+
+def _gpu_summary(pod: Obj) -> str:
+    ann = pod.get("metadata", {}).get("annotations") or {}
+    return f"{pod_summary(pod)}, bind-phase {ann.get(ANN_BIND_PHASE, '-')}"
+
+
+def _allocated(pod: Obj) -> bool:
+    ann = pod.get("metadata", {}).get("annotations") or {}
+    return pod.get("status", {}).get("phase") == "Running" and ann.get(ANN_BIND_PHASE) == "success"
+
+
+def _check_scheduler(created: Obj) -> None:
+    sched = created.get("spec", {}).get("schedulerName") or "default-scheduler"
+    if sched != SCHEDULER:
+        raise CheckFailed(f"schedulerName {SCHEDULER}", f"schedulerName is {sched}", WEBHOOK_CAUSE)
+
+
+@contextlib.contextmanager
+def gpu_pods(
+    ctx: RunContext,
+    t: Tenant,
+    bodies: list[Obj],
+    *,
+    namespace: str | None = None,
+    timeout: float | None = None,
+    wait: bool = True,
+) -> Iterator[list[Obj]]:
+    """Create GPU pods, wait until all are allocated, yield them, and always delete them."""
+    cl = ctx.tenant(t)
+    ns = namespace or ctx.namespace(t)
+    names: list[str] = []
+    deadline = ctx.clock.now() + (timeout or ctx.timeouts.pod_seconds)
+    try:
+        created = []
+        for body in bodies:
+            created.append(ctx.create_pod(cl, ns, body))
+            names.append(body["metadata"]["name"])
+            _check_scheduler(created[-1])
+        pods = created
+        if wait:
+            pods = []
+            for name in names:
+                left = max(deadline - ctx.clock.now(), 0.001)
+                try:
+                    pods.append(
+                        ctx.wait_pod(
+                            cl,
+                            ns,
+                            name,
+                            _allocated,
+                            f"GPU pod {name} Running and allocated",
+                            left,
+                            _gpu_summary,
+                        )
+                    )
+                except WaitTimeout as exc:
+                    raise CheckFailed(
+                        f"{len(names)} GPU pod(s) Running with bind-phase success",
+                        f"{name}: {exc.last}",
+                        _pending_cause(exc.last),
+                    ) from None
+                ctx.record_placement(t, pods[-1])
+        yield pods
+    finally:
+        with contextlib.suppress(ClusterError, WaitTimeout, CheckFailed):
+            ctx.delete_pods(cl, ns, names)  # leftovers stay tracked for the final cleanup
+
+
+def _pending_cause(seen: str) -> str:
+    if "lock" in seen.lower():
+        return BIND_CAUSE
+    if "allocating" in seen:
+        return BIND_CAUSE
+    if is_hami_reason(seen):
+        return (
+            "HAMi found no card with room (leftover GPU pods, or inventory smaller than configured)"
+        )
+    if "Pending on -" in seen or "phase Pending on -" in seen:
+        return "not scheduled: hami-scheduler down or its extender unreachable"
+    return "pod did not start; see its events"
+
+
+def _cards(ctx: RunContext, t: Tenant, node: str) -> list[CardState]:
+    cards = node_cards(ctx.tenant(t).get_node(node))
+    if not cards:
+        raise CheckFailed(
+            f"register annotation on {node}",
+            "no hami.io/node-nvidia-register",
+            "GPU agent (simulated) or device plugin (real) not registering cards",
+        )
+    return cards
+
+
+def _live_cards(ctx: RunContext, t: Tenant, node: str) -> list[CardState]:
+    cards = _cards(ctx, t, node)
+    apply_usage(cards, ctx.tenant(t).list_pods(), node)
+    return cards
+
+
+def _labels(ctx: RunContext, check: str) -> dict[str, str]:
+    return run_labels(ctx.run_id, check)
+
+
+# 6 --------------------------------------------------------------------------------------
+def webhook(ctx: RunContext, t: Tenant) -> str:
+    node = _needs_gpus(t)[0]
+    mem = min(c.devmem for c in t.gpus[node]) // 10 or 1
+    body = gpu_pod(
+        ctx.pod_name("webhook"), ctx.spec.test_image, _labels(ctx, "hami.webhook"), mem_mb=mem
+    )
+    with gpu_pods(ctx, t, [body]) as pods:
+        pod = pods[0]
+    return (
+        f"schedulerName {SCHEDULER}; {pod['metadata']['name']} allocated on "
+        f"{pod['spec'].get('nodeName')}"
+    )
+
+
+# 7 --------------------------------------------------------------------------------------
+def inventory(ctx: RunContext, t: Tenant) -> str:
+    parts = []
+    for node in _needs_gpus(t):
+        want = sorted((c.type, c.devmem, c.devcore, c.count) for c in t.gpus[node])
+        obj = ctx.tenant(t).get_node(node)
+        alloc = obj.get("status", {}).get("allocatable", {}).get(RES_GPU)
+        expected = sum(c.count for c in t.gpus[node])
+        if alloc is None or quantity_int(alloc) != expected:
+            raise CheckFailed(
+                f"{node} allocatable {RES_GPU}={expected} (cards x split)",
+                f"{alloc}",
+                "node capacity not patched (simulated agent) or "
+                "device plugin not running; re-apply after a node re-registers",
+            )
+        have = sorted((c.type, c.devmem, c.devcore, c.count) for c in _cards(ctx, t, node))
+        if have != want:
+            raise CheckFailed(
+                f"{node} registers {want}",
+                f"{have}",
+                "register annotation differs from the configured inventory",
+            )
+        parts.append(f"{node}: {len(have)} card(s), {RES_GPU}={expected}")
+    return "; ".join(parts)
+
+
+def sharing(ctx: RunContext, t: Tenant) -> str:
+    node = _needs_gpus(t)[0]
+    cards = _cards(ctx, t, node)
+    k = max(2, min(3, min(c.count for c in cards)))
+    mem = min(c.devmem for c in cards) // (k + 1)
+    cores = min(c.devcore for c in cards) // (k + 1)
+    bodies = [
+        gpu_pod(
+            ctx.pod_name("share", i),
+            ctx.spec.test_image,
+            _labels(ctx, "gpu.sharing"),
+            mem_mb=mem,
+            cores=cores,
+            node=node,
+            gpu_policy="binpack",
+            node_policy=t.scheduler_policy.node,
+        )
+        for i in range(k)
+    ]
+    with gpu_pods(ctx, t, bodies) as pods:
+        ids = {c.id for c in cards}
+        uuids = set()
+        for p in pods:
+            slices = pod_slices(p)
+            ann = p["metadata"].get("annotations") or {}
+            where = (ann.get(ANN_NODE), p["spec"].get("nodeName"))
+            if where != (node, node):
+                raise CheckFailed(
+                    f"vgpu-node and nodeName {node}",
+                    f"{where}",
+                    "scheduler accounting and binding disagree",
+                )
+            if len(slices) != 1 or (slices[0].mem_mb, slices[0].cores) != (mem, cores):
+                raise CheckFailed(
+                    f"one slice {mem}MB/{cores}% on {p['metadata']['name']}",
+                    f"{slices}",
+                    "HAMi ignored the gpumem/gpucores limits",
+                )
+            if slices[0].uuid not in ids:
+                raise CheckFailed(
+                    f"a card registered on {node}",
+                    slices[0].uuid,
+                    "allocation names a card the node does not register",
+                )
+            uuids.add(slices[0].uuid)
+    if len(uuids) != 1:
+        raise CheckFailed(
+            f"{k} binpack pods share one card",
+            f"cards {sorted(uuids)}",
+            "binpack annotation ignored (webhook/extender version mismatch?)",
+        )
+    return f"{k} pods share {uuids.pop()} on {node}: {mem}MB/{cores}% each"
+
+
+def _multi_card_node(t: Tenant) -> str | None:
+    # Each entry of gpus[node] is one physical card (count is its split count).
+    return next((n for n in t.gpu_nodes() if len(t.gpus[n]) >= 2), None)
+
+
+def policy(ctx: RunContext, t: Tenant) -> str:
+    _needs_gpus(t)
+    node = _multi_card_node(t)
+    if node is None:
+        raise CheckSkipped("card placement policy needs 2+ cards on one node; none configured")
+    configured = t.scheduler_policy.gpu
+    order = [p for p in (configured, "spread", "binpack") if p in ("spread", "binpack")]
+    evidence = []
+    for pol in dict.fromkeys(order):
+        cards = _live_cards(ctx, t, node)
+        mem = min(c.devmem for c in cards) // 4
+        want = predict(cards, [(mem, 0), (mem, 0)], pol).cards
+        bodies = [
+            gpu_pod(
+                ctx.pod_name(f"{pol[:4]}", i),
+                ctx.spec.test_image,
+                _labels(ctx, "gpu.policy"),
+                mem_mb=mem,
+                node=node,
+                gpu_policy=pol,
+                node_policy=t.scheduler_policy.node,
+            )
+            for i in range(2)
+        ]
+        with gpu_pods(ctx, t, bodies) as pods:
+            got = [pod_slices(p)[0].uuid if pod_slices(p) else "" for p in pods]
+        same_want, same_got = want[0] == want[1], got[0] == got[1]
+        if same_want != same_got:
+            exp = "the same card" if same_want else "different cards"
+            raise CheckFailed(
+                f"{pol}: 2 pods on {exp} (predicted {want})",
+                f"cards {got}",
+                f"{pol} policy not applied by the HAMi scheduler",
+            )
+        evidence.append(f"{pol}: {'same card' if same_got else 'different cards'}")
+    tag = f"configured gpu policy {configured}"
+    return f"{node}: " + ", ".join(evidence) + f" ({tag})"
+
+
+# 8 --------------------------------------------------------------------------------------
+def oversubscription(ctx: RunContext, t: Tenant) -> str:
+    node = _needs_gpus(t)[0]
+    cards = _cards(ctx, t, node)
+    filler = int(min(c.devmem for c in cards) * 0.6)
+    fillers = [
+        gpu_pod(
+            ctx.pod_name("fill", i),
+            ctx.spec.test_image,
+            _labels(ctx, "gpu.oversubscription"),
+            mem_mb=filler,
+            node=node,
+            gpu_policy="spread",
+        )
+        for i in range(len(cards))
+    ]
+    ns = ctx.namespace(t)
+    with gpu_pods(ctx, t, fillers):
+        live = _live_cards(ctx, t, node)
+        remaining = max(c.devmem - c.usedmem for c in live)
+        ask = remaining + 1
+        if ask > max(c.devmem for c in live):
+            raise CheckSkipped(f"cannot build a fair probe: {ask}MB exceeds every card")
+        probe = gpu_pod(
+            ctx.pod_name("over"),
+            ctx.spec.test_image,
+            _labels(ctx, "gpu.oversubscription"),
+            mem_mb=ask,
+            node=node,
+        )
+        with gpu_pods(ctx, t, [probe], wait=False):
+            name = probe["metadata"]["name"]
+            reason = _await_pending_reason(
+                ctx,
+                t,
+                ns,
+                name,
+                (
+                    "CardInsufficientMemory",
+                    "NodeInsufficientDevice",
+                    "NodeUnfitPod",
+                    "AllocatedCardsInsufficientRequest",
+                    "FilteringFailed",
+                ),
+            )
+    return f"{ask}MB (> {remaining}MB left on any card) stays Pending: {reason[:120]}"
+
+
+def _await_pending_reason(
+    ctx: RunContext, t: Tenant, ns: str, name: str, reasons: tuple[str, ...]
+) -> str:
+    cl = ctx.tenant(t)
+
+    def probe() -> tuple[str | None, str]:
+        pod = cl.get_pod(ns, name)
+        if pod.get("spec", {}).get("nodeName"):
+            raise CheckFailed(
+                f"{name} stays Pending",
+                f"bound to {pod['spec']['nodeName']}",
+                "HAMi over-committed the card (accounting lost, or the pod "
+                "bypassed hami-scheduler)",
+            )
+        text = pending_reason(pod, cl.list_events(ns, name))
+        hit = any(r in text for r in reasons)
+        return (text if hit else None), (text or _gpu_summary(pod))
+
+    try:
+        return ctx.wait(probe, f"{name} Pending with a HAMi reason", ctx.timeouts.pod_seconds)
+    except WaitTimeout as exc:
+        raise CheckFailed(
+            f"Pending with one of {list(reasons)}",
+            exc.last,
+            "hami-scheduler extender not consulted (pod Pending for another reason)",
+        ) from None
+
+
+def quota(ctx: RunContext, t: Tenant) -> str:
+    _needs_gpus(t)
+    q = t.quota
+    if q is None:
+        raise CheckSkipped("no GPU ResourceQuota configured for this tenant")
+    cl = ctx.tenant(t)
+    try:
+        rq = cl.get_resource_quota(q.namespace, q.name)
+    except ClusterError as exc:
+        raise CheckFailed(
+            f"ResourceQuota {q.namespace}/{q.name}", str(exc), likely_cause(exc)
+        ) from None
+    hard = (rq.get("spec", {}).get("hard") or {}).get(QUOTA_MEM_KEY)
+    if hard is None or quantity_int(hard) != q.gpumem_mb:
+        raise CheckFailed(
+            f"{QUOTA_MEM_KEY}={q.gpumem_mb}",
+            f"{hard}",
+            "quota object differs from the configuration",
+        )
+    ask = q.gpumem_mb + 1
+    body = gpu_pod(
+        ctx.pod_name("quota"), ctx.spec.test_image, _labels(ctx, "gpu.quota"), mem_mb=ask
+    )
+    try:
+        with gpu_pods(ctx, t, [body], namespace=q.namespace, wait=False):
+            reason = _await_pending_reason(
+                ctx, t, q.namespace, body["metadata"]["name"], ("ResourceQuotaNotFit",)
+            )
+            return f"{ask}MB in {q.namespace} admitted but held Pending: {reason[:100]}"
+    except ClusterError as exc:
+        if exc.status in (400, 403, 422) and "quota" in exc.message.lower():
+            return f"{ask}MB pod in {q.namespace} rejected at admission: {exc.message[:100]}"
+        raise CheckFailed(
+            "rejection for exceeding the GPU memory quota", str(exc), likely_cause(exc)
+        ) from None
+
+
+# 9 --------------------------------------------------------------------------------------
+def node_lock(ctx: RunContext, t: Tenant) -> str:
+    node = _needs_gpus(t)[0]
+    cards = _cards(ctx, t, node)
+    n = ctx.timeouts.lock_burst_pods
+    if n > sum(c.count for c in cards):
+        raise CheckSkipped(f"{n} pods exceed the {sum(c.count for c in cards)} slots on {node}")
+    mem = max(1, min(c.devmem for c in cards) // (2 * n))  # all n fit even on one card
+    bodies = [
+        gpu_pod(
+            ctx.pod_name("lock", i),
+            ctx.spec.test_image,
+            _labels(ctx, "gpu.lock"),
+            mem_mb=mem,
+            node=node,
+        )
+        for i in range(n)
+    ]
+    t0 = ctx.clock.now()
+    with gpu_pods(ctx, t, bodies, timeout=ctx.timeouts.lock_burst_seconds):
+        took = ctx.clock.now() - t0
+        lock = _await_lock_free(ctx, t, node)
+    return (
+        f"{n} pods back to back on {node} allocated in {took:.1f}s "
+        f"(bound {ctx.timeouts.lock_burst_seconds:g}s); lock free{lock}"
+    )
+
+
+def _await_lock_free(ctx: RunContext, t: Tenant, node: str) -> str:
+    cl = ctx.tenant(t)
+
+    def probe() -> tuple[str | None, str]:
+        ann = cl.get_node(node).get("metadata", {}).get("annotations") or {}
+        held = ann.get(ANN_LOCK)
+        return ("" if not held else None), f"{ANN_LOCK}={held}"
+
+    try:
+        return ctx.wait(probe, f"{ANN_LOCK} released on {node}", ctx.timeouts.api_seconds)
+    except WaitTimeout as exc:
+        raise CheckFailed(
+            f"no {ANN_LOCK} on {node} after all binds", exc.last, BIND_CAUSE
+        ) from None
+
+
+# 11 -------------------------------------------------------------------------------------
+def memory_limit(ctx: RunContext, t: Tenant) -> str:
+    node = _needs_gpus(t)[0]
+    if t.gpu_mode != "real":
+        raise CheckSkipped(f"gpuMode {t.gpu_mode}: no real GPU, limit enforcement not testable")
+    card = max(t.gpus[node], key=lambda c: c.devmem)
+    ask = card.devmem // 4
+    body = gpu_pod(
+        ctx.pod_name("smi"),
+        ctx.spec.smi_image,
+        _labels(ctx, "gpu.memory-limit"),
+        mem_mb=ask,
+        node=node,
+        command=["sleep", "3600"],
+    )
+    cmd = ["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"]
+    with gpu_pods(ctx, t, [body]) as pods:
+        try:
+            out = ctx.tenant(t).exec_pod(ctx.namespace(t), pods[0]["metadata"]["name"], cmd)
+        except ClusterError as exc:
+            raise CheckFailed("nvidia-smi runs in the pod", str(exc), likely_cause(exc)) from None
+    try:
+        seen = int(out.strip().splitlines()[0].split()[0])
+    except (IndexError, ValueError):
+        raise CheckFailed(
+            "nvidia-smi memory.total in MiB",
+            repr(out[:120]),
+            "nvidia-smi missing from the image or driver not injected",
+        ) from None
+    if abs(seen - ask) > max(16, ask // 50):
+        raise CheckFailed(
+            f"memory.total ~= {ask} MiB (the slice)",
+            f"{seen} MiB",
+            "HAMi-core (libvgpu) not injected: the container sees the whole card",
+        )
+    return f"nvidia-smi reports {seen} MiB for a {ask} MiB slice of {card.devmem} MiB"

@@ -1,0 +1,93 @@
+"""Check 10: credentials and GPU pods stay inside their tenant."""
+
+from __future__ import annotations
+
+from ..cluster import ClusterError, cross_kubeconfig
+from ..context import RunContext
+from ..hami import ANN_NODE
+from ..result import CheckFailed, CheckSkipped
+from ..spec import Tenant
+
+# Reads that any admin could do; a foreign user must get 401/403 on every one.
+PROBE_PATHS = (
+    "/api/v1/namespaces",
+    "/api/v1/nodes",
+    "/api/v1/secrets",
+    "/api/v1/pods",
+    "/apis/apps/v1/deployments",
+)
+
+
+def _refused(ctx: RunContext, target: dict, creds: dict, label: str) -> list[str]:
+    """Return the paths the foreign credentials could read (empty = isolated)."""
+    cl = ctx.factory(cross_kubeconfig(target, creds), label)
+    leaks, inconclusive = [], []
+    for path in PROBE_PATHS:
+        try:
+            cl.get_raw(path)
+            leaks.append(path)
+        except ClusterError as exc:
+            if not exc.denied:
+                inconclusive.append(f"{path}: {exc}")
+    if inconclusive:
+        # Not reaching the server proves nothing: fail rather than pass silently.
+        raise CheckFailed(
+            f"{label}: HTTP 401/403 on every read",
+            "; ".join(inconclusive),
+            "target API unreachable, so isolation could not be tested",
+        )
+    return leaks
+
+
+def cross_tenant(ctx: RunContext) -> str:
+    tenants = ctx.spec.tenants
+    if len(tenants) < 2:
+        raise CheckSkipped("only one tenant configured")
+    pairs = 0
+    for a in tenants:
+        for b in tenants:
+            if a is b:
+                continue
+            label = f"{a.name}-creds@{b.name}"
+            leaks = _refused(ctx, b.kubeconfig, a.kubeconfig, label)
+            if leaks:
+                raise CheckFailed(
+                    f"{a.name} credentials refused by {b.name}",
+                    f"{a.name} read {b.name} {leaks}",
+                    "tenants share a CA or the same admin credentials",
+                )
+            pairs += 1
+    return f"{pairs} ordered pair(s): every read refused with 401/403"
+
+
+def management_refused(ctx: RunContext, t: Tenant) -> str:
+    label = f"{t.name}-creds@management"
+    leaks = _refused(ctx, ctx.spec.management.kubeconfig, t.kubeconfig, label)
+    if leaks:
+        raise CheckFailed(
+            f"{t.name} credentials refused by the management API",
+            f"read {leaks}",
+            "tenant kubeconfig carries management credentials",
+        )
+    return f"management API refused {len(PROBE_PATHS)} reads with {t.name} credentials"
+
+
+def gpu_placement(ctx: RunContext, t: Tenant) -> str:
+    """All GPU pods seen in this tenant (ours and live ones) sit on its own nodes."""
+    own = set(t.nodes)
+    seen = list(ctx.placements.get(t.name, []))
+    for p in ctx.tenant(t).list_pods():
+        ann = p.get("metadata", {}).get("annotations") or {}
+        if ANN_NODE in ann:
+            seen.append((p["metadata"]["name"], ann[ANN_NODE], p["spec"].get("nodeName") or ""))
+    if not seen:
+        raise CheckSkipped("no GPU pod was placed in this tenant during the run")
+    foreign = [(pod, hn, nn) for pod, hn, nn in seen if hn not in own or (nn and nn not in own)]
+    if foreign:
+        raise CheckFailed(
+            f"GPU pods only on {sorted(own)}",
+            f"{foreign[:3]}",
+            "HAMi scheduler of this tenant sees another tenant's nodes "
+            "(shared extender or wrong kubeconfig)",
+        )
+    return f"{len(seen)} GPU pod placement(s), all on {sorted(own)}"

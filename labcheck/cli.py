@@ -1,0 +1,114 @@
+"""Command line: load the spec, run the checks, write reports, set the exit code."""
+
+from __future__ import annotations
+
+import argparse
+import secrets
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TextIO
+
+from .checks import ALL_CHECKS
+from .cluster import ClusterFactory
+from .context import RunContext
+from .report import TerminalReporter, write_reports
+from .runner import SignalGuard, run_checks
+from .spec import Spec, SpecError, load_from_env, load_from_file, load_from_stack
+from .waiting import Clock, SystemClock
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m labcheck",
+        description="Validate a deployed kamaji-hami lab (exit 0 only if no check failed).",
+    )
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--stack", help="read `pulumi stack output labcheckSpec` of this stack")
+    src.add_argument("--spec", metavar="FILE", help="read the spec JSON from a file")
+    src.add_argument("--spec-env", metavar="VAR", help="read the spec JSON from an env var")
+    p.add_argument("--cwd", help="Pulumi project directory for --stack (default: current)")
+    p.add_argument(
+        "--report-dir", type=Path, help="write labcheck-report.json and labcheck-junit.xml here"
+    )
+    p.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="run only matching check ids (repeatable), e.g. 'gpu.*'",
+    )
+    p.add_argument("--list", action="store_true", help="list the checks and exit")
+    return p
+
+
+def load_spec(args: argparse.Namespace) -> Spec:
+    if args.stack:
+        return load_from_stack(args.stack, cwd=args.cwd)
+    if args.spec:
+        return load_from_file(args.spec)
+    return load_from_env(args.spec_env)
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def main(
+    argv: Sequence[str] | None = None,
+    *,
+    out: TextIO | None = None,
+    factory: ClusterFactory | None = None,
+    clock: Clock | None = None,
+    run_id: str | None = None,
+    guard: SignalGuard | None = None,
+) -> int:
+    out = out or sys.stdout
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.list:
+        for c in ALL_CHECKS:
+            out.write(f"{c.id:28} {'per tenant' if c.per_tenant else 'global':10} {c.title}\n")
+        return EXIT_OK
+    if not (args.stack or args.spec or args.spec_env):
+        parser.error("one of --stack, --spec or --spec-env is required")
+    try:
+        spec = load_spec(args)
+    except SpecError as exc:
+        print(f"labcheck: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if factory is None:
+        from .kube import factory as kube_factory
+
+        factory = kube_factory(spec.timeouts.api_seconds)
+    run_id = run_id or secrets.token_hex(4)
+    ctx = RunContext(spec=spec, factory=factory, clock=clock or SystemClock(), run_id=run_id)
+    reporter = TerminalReporter(out, tty=out.isatty())
+    reporter.header(spec.stack, run_id)
+    own_guard = guard is None
+    guard = guard or SignalGuard()
+    if own_guard:
+        guard.install()
+    started = _now()
+    try:
+        outcome = run_checks(ctx, ALL_CHECKS, reporter, only=args.only, guard=guard)
+    finally:
+        if own_guard:
+            guard.restore()
+    files = []
+    if args.report_dir:
+        files = write_reports(
+            outcome,
+            args.report_dir,
+            stack=spec.stack,
+            run_id=run_id,
+            started=started,
+            finished=_now(),
+        )
+    reporter.summary(outcome, files)
+    if outcome.interrupted is not None:
+        return 128 + outcome.interrupted
+    return EXIT_OK if outcome.ok else EXIT_FAILED

@@ -1,0 +1,181 @@
+"""HAMi knowledge: annotation formats and the placement rules of lab-facts 6.2/6.3."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from .cluster import Obj
+
+RES_GPU = "nvidia.com/gpu"
+RES_MEM = "nvidia.com/gpumem"
+RES_CORES = "nvidia.com/gpucores"
+ANN_NODE = "hami.io/vgpu-node"
+ANN_ALLOCATED = "hami.io/vgpu-devices-allocated"
+ANN_BIND_PHASE = "hami.io/bind-phase"
+ANN_LOCK = "hami.io/mutex.lock"
+ANN_REGISTER = "hami.io/node-nvidia-register"
+ANN_NODE_POLICY = "hami.io/node-scheduler-policy"
+ANN_GPU_POLICY = "hami.io/gpu-scheduler-policy"
+QUOTA_MEM_KEY = "limits.nvidia.com/gpumem"
+SCHEDULER = "hami-scheduler"
+
+# Filter failure reasons HAMi reports (pkg/device/common), plus its event reason.
+PENDING_REASONS = (
+    "CardInsufficientMemory",
+    "CardInsufficientCore",
+    "NodeInsufficientDevice",
+    "AllocatedCardsInsufficientRequest",
+    "NodeUnfitPod",
+    "CardTimeSlicingExhausted",
+    "ResourceQuotaNotFit",
+    "FilteringFailed",
+)
+
+
+@dataclass(frozen=True)
+class Slice:
+    uuid: str
+    mem_mb: int
+    cores: int
+
+
+def parse_allocated(value: str) -> list[list[Slice]]:
+    """`UUID,NVIDIA,<MB>,<cores>:` per device, `;` per container -> slices per container."""
+    containers: list[list[Slice]] = []
+    for part in value.split(";"):
+        devs: list[Slice] = []
+        for dev in part.split(":"):
+            fields = dev.strip().split(",")
+            if len(fields) < 4 or not fields[0]:
+                continue
+            try:
+                devs.append(Slice(fields[0], int(fields[2]), int(fields[3])))
+            except ValueError:
+                continue
+        containers.append(devs)
+    while containers and not containers[-1]:
+        containers.pop()
+    return containers
+
+
+def pod_slices(pod: Obj) -> list[Slice]:
+    ann = pod.get("metadata", {}).get("annotations") or {}
+    return [s for c in parse_allocated(ann.get(ANN_ALLOCATED, "")) for s in c]
+
+
+@dataclass
+class CardState:
+    id: str
+    type: str
+    devmem: int
+    devcore: int
+    count: int
+    used: int = 0
+    usedmem: int = 0
+    usedcores: int = 0
+
+    def score(self) -> float:
+        return 10 * (
+            self.used / self.count + self.usedcores / self.devcore + self.usedmem / self.devmem
+        )
+
+    def fits(self, mem: int, cores: int) -> bool:
+        if self.used >= self.count or self.devmem - self.usedmem < mem:
+            return False
+        if self.devcore - self.usedcores < cores:
+            return False
+        if cores >= 100 and self.used > 0:  # a whole-card core request needs an idle card
+            return False
+        return not (cores == 0 and self.usedcores >= self.devcore)
+
+    def take(self, mem: int, cores: int) -> None:
+        self.used += 1
+        self.usedmem += mem
+        self.usedcores += cores
+
+
+def parse_register(value: str) -> list[CardState]:
+    """The node register annotation (HAMi >= 2.8: JSON array of cards)."""
+    data: Any = json.loads(value)
+    if not isinstance(data, list):
+        raise ValueError("register annotation is not a JSON array")
+    cards = []
+    for d in data:
+        cards.append(
+            CardState(
+                str(d["id"]), str(d["type"]), int(d["devmem"]), int(d["devcore"]), int(d["count"])
+            )
+        )
+    return cards
+
+
+def node_cards(node: Obj) -> list[CardState]:
+    ann = node.get("metadata", {}).get("annotations") or {}
+    raw = ann.get(ANN_REGISTER)
+    return parse_register(raw) if raw else []
+
+
+def apply_usage(cards: list[CardState], pods: list[Obj], node: str) -> None:
+    """Count live pods' slices on `node` as used, the way the scheduler's cache does."""
+    by_id = {c.id: c for c in cards}
+    for p in pods:
+        ann = p.get("metadata", {}).get("annotations") or {}
+        if ann.get(ANN_NODE) != node:
+            continue
+        if p.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        if p.get("metadata", {}).get("deletionTimestamp"):
+            continue
+        for s in pod_slices(p):
+            if s.uuid in by_id:
+                by_id[s.uuid].take(s.mem_mb, s.cores)
+
+
+def pick_card(cards: list[CardState], mem: int, cores: int, policy: str) -> CardState | None:
+    """Predict the card HAMi chooses (binpack: most used, spread: least used; ties: last)."""
+    fitting = [(i, c) for i, c in enumerate(cards) if c.fits(mem, cores)]
+    if not fitting:
+        return None
+    sign = 1 if policy == "binpack" else -1
+    # Highest key wins; the index breaks ties toward the card listed last.
+    return max(fitting, key=lambda ic: (sign * ic[1].score(), ic[0]))[1]
+
+
+@dataclass
+class Prediction:
+    cards: list[str] = field(default_factory=list)  # card id per pod, "" when none fits
+
+
+def predict(cards: list[CardState], requests: list[tuple[int, int]], policy: str) -> Prediction:
+    out = Prediction()
+    for mem, cores in requests:
+        c = pick_card(cards, mem, cores, policy)
+        out.cards.append(c.id if c else "")
+        if c:
+            c.take(mem, cores)
+    return out
+
+
+def pending_reason(pod: Obj, events: list[Obj]) -> str:
+    """The scheduling failure text seen for a pending pod (conditions, then events)."""
+    texts = []
+    for cond in pod.get("status", {}).get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            texts.append(f"{cond.get('reason', '')}: {cond.get('message', '')}")
+    for ev in events:
+        texts.append(f"{ev.get('reason', '')}: {ev.get('message', '')}")
+    return " | ".join(t for t in texts if t.strip(": "))
+
+
+def is_hami_reason(text: str) -> bool:
+    return any(r in text for r in PENDING_REASONS)
+
+
+def quantity_int(value: Any) -> int:
+    """Integer extended-resource quantities ('10', 10); other suffixes are not expected."""
+    s = str(value).strip()
+    if s.endswith("k"):
+        return int(s[:-1]) * 1000
+    return int(float(s))

@@ -1,0 +1,251 @@
+"""The labcheck spec: the `labcheckSpec` stack output, validated with pydantic.
+
+The spec is a Pulumi secret (it holds admin kubeconfigs), so error messages name the bad
+key and the rule it broke but never echo the value.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+
+GpuMode = Literal["simulated", "nvml-mock", "real"]
+NodePolicy = Literal["binpack", "spread"]
+GpuPolicy = Literal["binpack", "spread", "topology-aware", "mutex"]
+
+PULUMI_TIMEOUT_SECONDS = 120
+
+
+class SpecError(Exception):
+    """The spec could not be loaded or is invalid; the message is safe to print."""
+
+
+class _Model(BaseModel):
+    # extra="forbid": a typo in the lead's output must fail loudly, not be ignored.
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
+    )
+
+
+def _parse_kubeconfig(value: Any) -> dict[str, Any]:
+    if isinstance(value, dict):
+        doc = value
+    elif isinstance(value, str):
+        try:
+            doc = yaml.safe_load(value)
+        except yaml.YAMLError:
+            raise ValueError("is not valid YAML") from None
+    else:
+        raise ValueError("must be a kubeconfig YAML string")
+    if not isinstance(doc, dict):
+        raise ValueError("must be a kubeconfig mapping")
+    for key in ("clusters", "users", "contexts"):
+        if not isinstance(doc.get(key), list) or not doc[key]:
+            raise ValueError(f"kubeconfig has no '{key}' list")
+    return doc
+
+
+class Card(_Model):
+    type: str = Field(min_length=1)
+    devmem: int = Field(gt=0, description="MB per card")
+    devcore: int = Field(gt=0, le=100)
+    count: int = Field(gt=0, description="split count per card")
+
+    @field_validator("type")
+    @classmethod
+    def _nvidia(cls, v: str) -> str:
+        # HAMi's NVIDIA backend ignores cards whose type lacks NVIDIA (lab-facts 6.1).
+        if "NVIDIA" not in v:
+            raise ValueError("must contain 'NVIDIA' (HAMi ignores other cards)")
+        return v
+
+
+class SchedulerPolicy(_Model):
+    node: NodePolicy = "binpack"
+    gpu: GpuPolicy = "spread"
+
+
+class Quota(_Model):
+    namespace: str = Field(min_length=1)
+    name: str = Field(min_length=1)
+    gpumem_mb: int = Field(gt=0, alias="gpumemMB")
+
+
+class Tenant(_Model):
+    name: str = Field(min_length=1)
+    namespace: str = Field(min_length=1)
+    kubeconfig: dict[str, Any]
+    address: str = Field(min_length=1)
+    port: int = Field(gt=0, lt=65536)
+    nodes: list[str] = Field(min_length=1)
+    gpu_mode: GpuMode
+    gpus: dict[str, list[Card]] = Field(default_factory=dict)
+    scheduler_policy: SchedulerPolicy = Field(default_factory=SchedulerPolicy)
+    quota: Quota | None = None
+
+    @field_validator("kubeconfig", mode="before")
+    @classmethod
+    def _kc(cls, v: Any) -> dict[str, Any]:
+        return _parse_kubeconfig(v)
+
+    @model_validator(mode="after")
+    def _gpu_nodes_known(self) -> Tenant:
+        unknown = sorted(set(self.gpus) - set(self.nodes))
+        if unknown:
+            raise ValueError(f"gpus lists nodes not in 'nodes': {', '.join(unknown)}")
+        if len(set(self.nodes)) != len(self.nodes):
+            raise ValueError("nodes has duplicates")
+        return self
+
+    @property
+    def endpoint(self) -> str:
+        return f"{self.address}:{self.port}"
+
+    def gpu_nodes(self) -> list[str]:
+        return [n for n in self.nodes if self.gpus.get(n)]
+
+
+class Management(_Model):
+    kubeconfig: dict[str, Any]
+    kamaji_namespace: str = "kamaji-system"
+    datastore: str = "default"
+
+    @field_validator("kubeconfig", mode="before")
+    @classmethod
+    def _kc(cls, v: Any) -> dict[str, Any]:
+        return _parse_kubeconfig(v)
+
+
+class Timeouts(_Model):
+    # Upper bounds keep every wait finite even with a fat-fingered spec.
+    api_seconds: float = Field(default=10, gt=0, le=300)
+    pod_seconds: float = Field(default=90, gt=0, le=1800)
+    lock_burst_pods: int = Field(default=5, ge=2, le=50)
+    lock_burst_seconds: float = Field(default=60, gt=0, le=1800)
+
+
+class Spec(_Model):
+    stack: str = Field(min_length=1)
+    management: Management
+    tenants: list[Tenant] = Field(min_length=1)
+    timeouts: Timeouts = Field(default_factory=Timeouts)
+    test_image: str = "registry.k8s.io/pause:3.10"
+    tools_image: str = "busybox:1.37.0"
+    # Only used by the real-GPU memory check: an image that has nvidia-smi.
+    smi_image: str = "nvidia/cuda:12.4.1-base-ubuntu22.04"
+
+    @model_validator(mode="after")
+    def _unique(self) -> Spec:
+        names = [t.name for t in self.tenants]
+        if len(set(names)) != len(names):
+            raise ValueError("tenant names must be unique")
+        owner: dict[str, str] = {}
+        for t in self.tenants:
+            for n in t.nodes:
+                if n in owner:
+                    raise ValueError(f"node {n} is listed for {owner[n]} and {t.name}")
+                owner[n] = t.name
+        return self
+
+    def tenant(self, name: str) -> Tenant:
+        for t in self.tenants:
+            if t.name == name:
+                return t
+        raise KeyError(name)
+
+
+def _loc(loc: Sequence[int | str]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(spec)"
+
+
+def parse_spec(data: Any, source: str = "labcheckSpec") -> Spec:
+    """Validate a decoded spec (a dict, or a JSON string that decodes to one)."""
+    if isinstance(data, (str, bytes)):
+        try:
+            data = json.loads(data)
+        except json.JSONDecodeError as exc:
+            raise SpecError(f"{source}: not JSON ({exc.msg} at line {exc.lineno})") from None
+    # pulumi.Output.json_dumps exports a JSON string; --json then wraps it once more.
+    if isinstance(data, str):
+        return parse_spec(data, source)
+    if not isinstance(data, dict):
+        raise SpecError(f"{source}: expected a JSON object, got {type(data).__name__}")
+    try:
+        return Spec.model_validate(data)
+    except ValidationError as exc:
+        # Never include input values: the spec carries credentials.
+        lines = [f"  {_loc(e['loc'])}: {e['msg']}" for e in exc.errors(include_input=False)]
+        raise SpecError(f"{source} is invalid:\n" + "\n".join(lines)) from None
+
+
+Runner = Callable[..., subprocess.CompletedProcess[str]]
+
+
+def pulumi_command(stack: str) -> list[str]:
+    return [
+        "pulumi",
+        "stack",
+        "output",
+        "labcheckSpec",
+        "--show-secrets",
+        "--json",
+        "--stack",
+        stack,
+    ]
+
+
+def load_from_stack(stack: str, run: Runner = subprocess.run, cwd: str | None = None) -> Spec:
+    """Read the spec with the Pulumi CLI (the user's own login and passphrase)."""
+    cmd = pulumi_command(stack)
+    try:
+        proc = run(
+            cmd,
+            capture_output=True,
+            text=True,
+            timeout=PULUMI_TIMEOUT_SECONDS,
+            cwd=cwd,
+            check=False,
+        )
+    except FileNotFoundError:
+        raise SpecError("pulumi CLI not found on PATH (use --spec FILE instead)") from None
+    except subprocess.TimeoutExpired:
+        raise SpecError(f"'{' '.join(cmd)}' took more than {PULUMI_TIMEOUT_SECONDS}s") from None
+    if proc.returncode != 0:
+        err = (proc.stderr or "").strip().splitlines()
+        tail = err[-1] if err else f"exit code {proc.returncode}"
+        raise SpecError(f"'{' '.join(cmd[:4])} --stack {stack}' failed: {tail}")
+    return parse_spec(proc.stdout, f"stack {stack} output labcheckSpec")
+
+
+def load_from_file(path: str) -> Spec:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError as exc:
+        raise SpecError(f"cannot read spec file {path}: {exc.strerror}") from None
+    return parse_spec(text, path)
+
+
+def load_from_env(var: str, environ: dict[str, str] | None = None) -> Spec:
+    env = os.environ if environ is None else environ
+    text = env.get(var)
+    if not text:
+        raise SpecError(f"environment variable {var} is not set or empty")
+    return parse_spec(text, f"${var}")
