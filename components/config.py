@@ -13,7 +13,14 @@ import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+)
 from pydantic.alias_generators import to_camel
 
 from components.gpu_models import KNOWN_GPU_MODELS, GpuModel, lookup_model
@@ -78,12 +85,35 @@ class SchedulerPolicy(_Model):
     gpu: Literal["spread", "binpack"] = "spread"
 
 
+class RemoteWorker(_Model):
+    """A GPU host reached over SSH (key: the secret `sshPrivateKey`), joined with kubeadm."""
+
+    name: str = Field(min_length=1, max_length=63)
+    host: str = Field(min_length=1)
+    user: str = "root"
+    port: int = Field(default=22, ge=1, le=65535)
+
+    @field_validator("name")
+    @classmethod
+    def _dns_label(cls, value: str) -> str:
+        if not DNS_LABEL.match(value):
+            raise ValueError("must be a DNS label: lower-case letters, digits and '-'")
+        return value
+
+
+GpuMode = Literal["simulated", "nvml-mock", "real"]
+
+
 class TenantConfig(_Model):
     name: str = Field(min_length=1, max_length=40)
     kubernetes_version: str = "v1.35.0"
     worker_image: str | None = None
     workers: int = Field(default=1, ge=1, le=20)
-    gpu_mode: Literal["simulated"] = "simulated"
+    worker_mode: Literal["container", "remote"] = "container"
+    remote_workers: tuple[RemoteWorker, ...] = ()
+    # simulated: mock device plugin + gpu_agent; nvml-mock: HAMi's real device plugin on
+    # NVIDIA's fake NVML; real: HAMi's device plugin on real cards.
+    gpu_mode: GpuMode = "simulated"
     gpus: tuple[GpuSpec, ...] = ()
     pod_cidr: str = "10.244.0.0/16"
     service_cidr: str = "10.96.0.0/16"
@@ -116,7 +146,13 @@ class TenantConfig(_Model):
 
     @property
     def worker_names(self) -> list[str]:
+        if self.worker_mode == "remote":
+            return [worker.name for worker in self.remote_workers]
         return [f"{self.name}-worker-{i}" for i in range(1, self.workers + 1)]
+
+    @property
+    def container_workers(self) -> int:
+        return self.workers if self.worker_mode == "container" else 0
 
     @property
     def cards(self) -> list[GpuModel]:
@@ -125,6 +161,13 @@ class TenantConfig(_Model):
 
 
 class LabConfig(_Model):
+    # kind: a kind cluster on this host; existing: a cluster given by kubeconfig or by the
+    # `managementKubeconfig` output of another stack (managementStack).
+    management_mode: Literal["kind", "existing"] = "kind"
+    management_kubeconfig: SecretStr = SecretStr("")
+    management_stack: str = ""
+    install_platform: bool = True  # existing mode: install cert-manager, MetalLB and Kamaji
+    ssh_private_key: SecretStr = SecretStr("")
     network_name: str = "kamaji-hami-lab"
     subnet: str = "172.30.0.0/16"
     gateway: str = ""
@@ -143,6 +186,8 @@ class LabConfig(_Model):
     hami_split_count: int = Field(default=10, ge=1, le=100)
     hami_node_lock_timeout: str = "5m"
     gpu_agent_image: str = GPU_AGENT_IMAGE
+    nvml_mock_chart_version: str = "0.3.0"
+    nvml_mock_image: str = "ghcr.io/nvidia/nvml-mock:0.3.0"
     preflight: bool = True
     validate_lab: bool = Field(default=True, alias="validate")
     tenants: tuple[TenantConfig, ...] = Field(min_length=1)
@@ -193,25 +238,93 @@ def _check_tenants(cfg: LabConfig) -> None:
                     f"unknown GPU model {gpu.model!r}: use one of {', '.join(KNOWN_GPU_MODELS)}, "
                     "or describe a custom model with memoryMb (and product)",
                 )
-        if tenant.worker_image is None and tenant.kubernetes_version not in WORKER_IMAGES:
+        _check_workers(cfg, tenant, key)
+        _check_gpu_mode(tenant, key)
+
+
+def _check_workers(cfg: LabConfig, tenant: TenantConfig, key: str) -> None:
+    if tenant.worker_mode == "remote":
+        if not tenant.remote_workers:
+            raise ConfigError(f"{key}.remoteWorkers", "workerMode remote needs at least one host")
+        if not cfg.ssh_private_key.get_secret_value():
+            raise ConfigError(
+                "sshPrivateKey",
+                "remote workers need the SSH key: "
+                "pulumi config set --secret sshPrivateKey < ~/.ssh/id_ed25519",
+            )
+        names = [w.name for w in tenant.remote_workers]
+        for index, name in enumerate(names):
+            if name in names[:index]:
+                raise ConfigError(
+                    f"{key}.remoteWorkers[{index}].name", f"duplicate worker name {name!r}"
+                )
+        return
+    if tenant.remote_workers:
+        raise ConfigError(f"{key}.remoteWorkers", "is only used with workerMode remote")
+    if tenant.worker_image is None and tenant.kubernetes_version not in WORKER_IMAGES:
+        raise ConfigError(
+            f"{key}.workerImage",
+            f"no pinned kindest/node image is known for {tenant.kubernetes_version}; "
+            f"set workerImage (known: {', '.join(WORKER_IMAGES)})",
+        )
+    if tenant.worker_image is not None:
+        match = PINNED_NODE_IMAGE.match(tenant.worker_image)
+        if not match:
             raise ConfigError(
                 f"{key}.workerImage",
-                f"no pinned kindest/node image is known for {tenant.kubernetes_version}; "
-                f"set workerImage (known: {', '.join(WORKER_IMAGES)})",
+                f"{tenant.worker_image!r} must be a kindest/node image pinned by digest",
             )
-        if tenant.worker_image is not None:
-            match = PINNED_NODE_IMAGE.match(tenant.worker_image)
-            if not match:
-                raise ConfigError(
-                    f"{key}.workerImage",
-                    f"{tenant.worker_image!r} must be a kindest/node image pinned by digest",
-                )
-            if _minor(match.group(1)) != _minor(tenant.kubernetes_version):
-                raise ConfigError(
-                    f"{key}.workerImage",
-                    f"{match.group(1)} does not match kubernetesVersion "
-                    f"{tenant.kubernetes_version}: the kubelet must have the tenant's minor",
-                )
+        if _minor(match.group(1)) != _minor(tenant.kubernetes_version):
+            raise ConfigError(
+                f"{key}.workerImage",
+                f"{match.group(1)} does not match kubernetesVersion "
+                f"{tenant.kubernetes_version}: the kubelet must have the tenant's minor",
+            )
+
+
+# nvml-mock ships GPU profiles, not arbitrary cards: the model must be one of these.
+NVML_MOCK_PROFILES = {"A100-40GB": "a100", "H100-80GB": "h100", "L40S": "l40s", "T4": "t4"}
+
+
+def nvml_mock_profile(tenant: TenantConfig) -> str:
+    """The nvml-mock profile of a tenant's single card model (validated by parse_config)."""
+    model = tenant.gpus[0].model.casefold()
+    return next(p for m, p in NVML_MOCK_PROFILES.items() if m.casefold() == model)
+
+
+def _check_gpu_mode(tenant: TenantConfig, key: str) -> None:
+    if tenant.gpu_mode == "real" and tenant.worker_mode != "remote":
+        raise ConfigError(
+            f"{key}.gpuMode",
+            "real GPUs need workerMode remote (GPU hosts over SSH): container workers have no GPU",
+        )
+    if tenant.gpu_mode != "nvml-mock":
+        return
+    models = {gpu.model.casefold() for gpu in tenant.gpus}
+    known = {m.casefold() for m in NVML_MOCK_PROFILES}
+    if len(tenant.gpus) != 1 or not models <= known:
+        raise ConfigError(
+            f"{key}.gpus",
+            "nvml-mock simulates one card model per node from its profiles: give exactly one "
+            f"entry with a model of {', '.join(NVML_MOCK_PROFILES)}",
+        )
+
+
+def _check_management(cfg: LabConfig) -> None:
+    has_kubeconfig = bool(cfg.management_kubeconfig.get_secret_value())
+    if cfg.management_mode == "kind":
+        for key, set_ in (
+            ("managementKubeconfig", has_kubeconfig),
+            ("managementStack", bool(cfg.management_stack)),
+        ):
+            if set_:
+                raise ConfigError(key, "is only used with managementMode existing")
+        return
+    if has_kubeconfig == bool(cfg.management_stack):
+        raise ConfigError(
+            "managementMode",
+            "existing needs exactly one of managementKubeconfig (secret) or managementStack",
+        )
 
 
 def _minor(version: str) -> int:
@@ -229,6 +342,7 @@ def parse_config(raw: Mapping[str, Any]) -> LabConfig:
         if first["type"] != "missing":
             message += f" (got {json.dumps(first.get('input'), default=str)})"
         raise ConfigError(key, message) from None
+    _check_management(cfg)
     _check_tenants(cfg)
     # Imported here: netplan depends on this module's models.
     from components.netplan import plan_network

@@ -28,8 +28,28 @@ class HamiArgs:
     depends_on: list[pulumi.Resource]
 
 
+NVML_MOCK_DRIVER_ROOT = "/var/lib/nvml-mock/driver"
+RUNTIME_CLASS = "nvidia"
+
+
+def device_plugin_values(tenant: TenantConfig, split_count: int) -> dict[str, Any]:
+    """Which device plugin runs, by GPU mode; the real one only on nodes labelled gpu=on."""
+    plugin: dict[str, Any] = {
+        "enabled": tenant.gpu_mode != "simulated",
+        "deviceSplitCount": split_count,
+        "nvidiaNodeSelector": {"gpu": "on"},
+    }
+    if tenant.gpu_mode == "nvml-mock":
+        # The real plugin loads NVIDIA's fake libnvidia-ml from the driver root nvml-mock lays out.
+        plugin["nvidiaDriverRoot"] = NVML_MOCK_DRIVER_ROOT
+    if tenant.gpu_mode == "real":
+        # Containers with GPU slices run under the NVIDIA runtime the toolkit configured.
+        plugin["runtimeClassName"] = RUNTIME_CLASS
+        plugin["createRuntimeClass"] = True
+    return plugin
+
+
 def hami_values(tenant: TenantConfig, split_count: int, node_lock_timeout: str) -> dict[str, Any]:
-    simulated = tenant.gpu_mode == "simulated"
     return {
         "schedulerName": SCHEDULER_NAME,
         "scheduler": {
@@ -51,13 +71,9 @@ def hami_values(tenant: TenantConfig, split_count: int, node_lock_timeout: str) 
                 "gpuSchedulerPolicy": tenant.scheduler_policy.gpu,
             },
         },
-        "devicePlugin": {
-            "enabled": not simulated,
-            "deviceSplitCount": split_count,
-            "nvidiaNodeSelector": {"gpu": "on"},
-        },
-        # Advertises gpumem/gpucores from the register annotation our agent writes.
-        "mockDevicePlugin": {"enabled": simulated},
+        "devicePlugin": device_plugin_values(tenant, split_count),
+        # Simulated only: advertises gpumem/gpucores from the annotation gpu_agent writes.
+        "mockDevicePlugin": {"enabled": tenant.gpu_mode == "simulated"},
     }
 
 

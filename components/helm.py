@@ -14,7 +14,7 @@ def pinned_release(
     resource_name: str,
     *,
     chart: str,
-    repo: str,
+    repo: str | None,
     version: str,
     namespace: str,
     values: dict[str, Any],
@@ -28,7 +28,8 @@ def pinned_release(
         name=release_name or chart,
         chart=chart,
         version=version,
-        repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=repo),
+        # None for an OCI chart (`oci://…`), which names its registry itself.
+        repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=repo) if repo else None,
         namespace=namespace,
         create_namespace=create_namespace,
         values=values,

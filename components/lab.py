@@ -1,41 +1,56 @@
 """Wires the components into one dependency graph:
 
 preflight -> network -> kind -> MetalLB + (cert-manager -> Kamaji) -> per tenant, in parallel:
-control plane -> workers -> flannel -> HAMi -> simulated-GPU agent -> validation.
+control plane -> workers -> flannel -> [GPU nodes] -> HAMi -> [simulated-GPU agent] -> validation.
+
+Stack config picks each part: kind or an existing management cluster, container or remote
+workers, simulated, nvml-mock or real GPUs. The rest of the graph is the same in every stack.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pulumi
 
 from components.cni import Flannel, FlannelArgs
 from components.config import LabConfig, TenantConfig
+from components.gpu_models import node_inventory
+from components.gpu_nodes import GpuNodes, GpuNodesArgs
 from components.hami import Hami, HamiArgs
 from components.kamaji import Kamaji, KamajiArgs
-from components.management import ManagementCluster, ManagementClusterArgs
+from components.management import (
+    ExistingClusterArgs,
+    ExistingManagementCluster,
+    ManagementCluster,
+    ManagementClusterArgs,
+)
 from components.metallb import MetalLB, MetalLBArgs
 from components.netplan import NetworkPlan, plan_network
 from components.network import LabNetwork, LabNetworkArgs
 from components.preflight_step import HostPreflight, HostPreflightArgs
+from components.remote_workers import RemoteWorkerPool, RemoteWorkerPoolArgs
 from components.simulated_gpus import SimulatedGpus, SimulatedGpusArgs
 from components.tenant import Tenant, TenantArgs
 from components.validation import Validation, ValidationArgs, labcheck_spec
 from components.workers import WorkerPool, WorkerPoolArgs
 
+Management = ManagementCluster | ExistingManagementCluster
+Workers = WorkerPool | RemoteWorkerPool
+
 
 @dataclass
 class TenantParts:
     control_plane: Tenant
-    workers: WorkerPool
+    workers: Workers
     cni: Flannel
     hami: Hami
+    gpu_nodes: GpuNodes | None
     gpus: SimulatedGpus | None
-    inventory: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    inventory: dict[str, list[dict[str, Any]]]
 
     @property
     def last_steps(self) -> list[pulumi.Resource]:
@@ -45,21 +60,56 @@ class TenantParts:
 @dataclass
 class Lab:
     plan: NetworkPlan
-    network: LabNetwork
-    management: ManagementCluster
-    metallb: MetalLB
-    kamaji: Kamaji
+    network: LabNetwork | None
+    management: Management
+    metallb: MetalLB | None
+    kamaji: Kamaji | None
     tenants: dict[str, TenantParts]
     spec: pulumi.Output[str]  # what labcheck needs, kubeconfigs included: a secret
     validation: Validation | None
+
+
+def _workers(
+    cfg: LabConfig,
+    tenant: TenantConfig,
+    control_plane: Tenant,
+    network_name: pulumi.Input[str],
+    opts: pulumi.ResourceOptions,
+) -> Workers:
+    if tenant.worker_mode == "remote":
+        return RemoteWorkerPool(
+            f"{tenant.name}-workers",
+            RemoteWorkerPoolArgs(
+                tenant_name=tenant.name,
+                workers=tenant.remote_workers,
+                kubernetes_version=tenant.kubernetes_version,
+                gpu_mode=tenant.gpu_mode,
+                ssh_private_key=pulumi.Output.secret(cfg.ssh_private_key.get_secret_value()),
+                tenant_kubeconfig=control_plane.kubeconfig,
+                control_plane=control_plane.control_plane,
+            ),
+            opts,
+        )
+    return WorkerPool(
+        f"{tenant.name}-workers",
+        WorkerPoolArgs(
+            tenant_name=tenant.name,
+            node_names=tenant.worker_names,
+            image=tenant.node_image,
+            network_name=network_name,
+            tenant_kubeconfig=control_plane.kubeconfig,
+            control_plane=control_plane.control_plane,
+        ),
+        opts,
+    )
 
 
 def build_tenant(
     cfg: LabConfig,
     tenant: TenantConfig,
     plan: NetworkPlan,
-    network: LabNetwork,
-    management: ManagementCluster,
+    network_name: pulumi.Input[str],
+    management: Management,
     platform: list[pulumi.Resource],
 ) -> TenantParts:
     """One tenant's subtree; it depends on the shared platform only, never on other tenants."""
@@ -73,18 +123,7 @@ def build_tenant(
         ),
     )
     child = pulumi.ResourceOptions(parent=control_plane)
-    workers = WorkerPool(
-        f"{tenant.name}-workers",
-        WorkerPoolArgs(
-            tenant_name=tenant.name,
-            node_names=tenant.worker_names,
-            image=tenant.node_image,
-            network_name=network.name,
-            tenant_kubeconfig=control_plane.kubeconfig,
-            control_plane=control_plane.control_plane,
-        ),
-        child,
-    )
+    workers = _workers(cfg, tenant, control_plane, network_name, child)
     cni = Flannel(
         f"{tenant.name}-cni",
         FlannelArgs(
@@ -95,6 +134,19 @@ def build_tenant(
         ),
         child,
     )
+    gpu_nodes = None
+    if tenant.gpu_mode != "simulated":
+        gpu_nodes = GpuNodes(
+            f"{tenant.name}-gpu-nodes",
+            GpuNodesArgs(
+                tenant=tenant,
+                nvml_mock_chart_version=cfg.nvml_mock_chart_version,
+                nvml_mock_image=cfg.nvml_mock_image,
+                provider=control_plane.provider,
+                depends_on=[cni],
+            ),
+            child,
+        )
     hami = Hami(
         f"{tenant.name}-hami",
         HamiArgs(
@@ -103,12 +155,11 @@ def build_tenant(
             split_count=cfg.hami_split_count,
             node_lock_timeout=cfg.hami_node_lock_timeout,
             provider=control_plane.provider,
-            depends_on=[cni],
+            depends_on=[gpu_nodes or cni],
         ),
         child,
     )
     gpus = None
-    inventory: dict[str, list[dict[str, Any]]] = {}
     if tenant.gpu_mode == "simulated" and tenant.gpus:
         gpus = SimulatedGpus(
             f"{tenant.name}-simulated-gpus",
@@ -121,27 +172,22 @@ def build_tenant(
             ),
             child,
         )
-        inventory = gpus.inventory
-    return TenantParts(control_plane, workers, cni, hami, gpus, inventory)
+    inventory = node_inventory(tenant.cards, tenant.worker_names) if tenant.gpus else {}
+    return TenantParts(control_plane, workers, cni, hami, gpu_nodes, gpus, inventory)
 
 
-def build_lab(cfg: LabConfig, stack: str) -> Lab:
-    plan = plan_network(cfg)
-    first: list[pulumi.Resource] = []
-    if cfg.preflight:
-        first.append(
-            HostPreflight(
-                "preflight",
-                HostPreflightArgs(
-                    tenants=len(cfg.tenants), workers=sum(t.workers for t in cfg.tenants)
-                ),
-            )
+def _management(cfg: LabConfig, network: LabNetwork | None) -> Management:
+    if cfg.management_mode == "existing":
+        return ExistingManagementCluster(
+            "management",
+            ExistingClusterArgs(
+                context=cfg.management_stack or cfg.management_cluster_name,
+                kubeconfig=pulumi.Output.secret(cfg.management_kubeconfig.get_secret_value()),
+                stack=cfg.management_stack,
+            ),
         )
-    network = LabNetwork(
-        "lab-network",
-        LabNetworkArgs(name=cfg.network_name, plan=plan, after=first),
-    )
-    management = ManagementCluster(
+    assert network is not None  # kind mode always builds the network
+    return ManagementCluster(
         "management",
         ManagementClusterArgs(
             cluster_name=cfg.management_cluster_name,
@@ -149,6 +195,13 @@ def build_lab(cfg: LabConfig, stack: str) -> Lab:
             network_name=network.name,
         ),
     )
+
+
+def _platform(
+    cfg: LabConfig, plan: NetworkPlan, management: Management
+) -> tuple[MetalLB | None, Kamaji | None]:
+    if cfg.management_mode == "existing" and not cfg.install_platform:
+        return None, None  # already there: another stack or the cluster's owner installed it
     metallb = MetalLB(
         "metallb",
         MetalLBArgs(
@@ -169,9 +222,33 @@ def build_lab(cfg: LabConfig, stack: str) -> Lab:
             provider=management.provider,
         ),
     )
-    platform: list[pulumi.Resource] = [metallb, kamaji]
+    return metallb, kamaji
+
+
+def build_lab(cfg: LabConfig, stack: str) -> Lab:
+    plan = plan_network(cfg)
+    container_workers = sum(t.container_workers for t in cfg.tenants)
+    on_this_host = cfg.management_mode == "kind" or container_workers > 0
+    first: list[pulumi.Resource] = []
+    if cfg.preflight and on_this_host:
+        first.append(
+            HostPreflight(
+                "preflight",
+                HostPreflightArgs(tenants=len(cfg.tenants), workers=container_workers),
+            )
+        )
+    network = None
+    if cfg.management_mode == "kind":
+        network = LabNetwork(
+            "lab-network", LabNetworkArgs(name=cfg.network_name, plan=plan, after=first)
+        )
+    # With an existing cluster, container workers join the network its stack created.
+    network_name = network.name if network else cfg.network_name
+    management = _management(cfg, network)
+    metallb, kamaji = _platform(cfg, plan, management)
+    platform: list[pulumi.Resource] = [p for p in (metallb, kamaji) if p is not None]
     tenants = {
-        t.name: build_tenant(cfg, t, plan, network, management, platform) for t in cfg.tenants
+        t.name: build_tenant(cfg, t, plan, network_name, management, platform) for t in cfg.tenants
     }
     spec = spec_output(cfg, plan, stack, management, tenants)
     validation = _validation(cfg, stack, spec, tenants) if cfg.validate_lab else None
@@ -182,7 +259,7 @@ def spec_output(
     cfg: LabConfig,
     plan: NetworkPlan,
     stack: str,
-    management: ManagementCluster,
+    management: Management,
     tenants: dict[str, TenantParts],
 ) -> pulumi.Output[str]:
     names = list(tenants)
@@ -208,7 +285,8 @@ def _validation(
     cfg: LabConfig, stack: str, spec: pulumi.Output[str], tenants: dict[str, TenantParts]
 ) -> Validation:
     last_steps = [step for parts in tenants.values() for step in parts.last_steps]
-    # Re-run on any config change and whenever a worker was recreated.
+    # Re-run on any config change (secrets are masked in the dump) and whenever a worker
+    # joined anew.
     config_hash = hashlib.sha256(cfg.model_dump_json().encode()).hexdigest()
     triggers: list[Any] = [config_hash]
     triggers += [join.id for parts in tenants.values() for join in parts.workers.joins]

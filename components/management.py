@@ -58,3 +58,39 @@ class ManagementCluster(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self),
         )
         self.register_outputs({"kubeconfig": self.kubeconfig, "context": self.context})
+
+
+@dataclass(frozen=True)
+class ExistingClusterArgs:
+    context: str  # a name for the cluster, used as the provider's identity
+    kubeconfig: pulumi.Input[str] | None = None  # from secret config, or
+    stack: str = ""  # another stack whose `managementKubeconfig` output is the cluster
+
+
+class ExistingManagementCluster(pulumi.ComponentResource):
+    """A management cluster this stack does not own: reached by kubeconfig, never deleted."""
+
+    kubeconfig: pulumi.Output[str]
+    provider: k8s.Provider
+
+    def __init__(
+        self, name: str, args: ExistingClusterArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__("kamaji-hami-lab:index:ExistingManagementCluster", name, None, opts)
+        if args.stack:
+            # A later stack reuses an earlier one's cluster, e.g. the lab's kind cluster.
+            self.reference = pulumi.StackReference(
+                f"{name}-stack", stack_name=args.stack, opts=pulumi.ResourceOptions(parent=self)
+            )
+            source = self.reference.require_output("managementKubeconfig")
+        else:
+            source = args.kubeconfig
+        self.kubeconfig = pulumi.Output.secret(source)
+        self.context = args.context
+        self.provider = k8s.Provider(
+            f"{name}-provider",
+            kubeconfig=self.kubeconfig,
+            cluster_identifier=self.context,
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        self.register_outputs({"kubeconfig": self.kubeconfig, "context": self.context})

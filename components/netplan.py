@@ -87,7 +87,7 @@ def plan_network(cfg: LabConfig) -> NetworkPlan:
         containers = next(subnet.subnets(prefixlen_diff=1)) if subnet.prefixlen < 32 else subnet
     if not containers.subnet_of(subnet):
         raise ConfigError("containerRange", f"{containers} is not inside subnet {subnet}")
-    workers = sum(t.workers for t in cfg.tenants)
+    workers = sum(t.container_workers for t in cfg.tenants)
     if containers.num_addresses < workers + CONTAINER_RESERVE:
         raise ConfigError(
             "containerRange" if cfg.container_range else "subnet",

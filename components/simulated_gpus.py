@@ -18,6 +18,7 @@ import pulumi_kubernetes as k8s
 import gpu_agent
 from components.config import TenantConfig
 from components.footprint import GPU_AGENT_RESOURCES
+from components.gpu_models import node_inventory
 
 NAMESPACE = "kube-system"
 NAME = "hami-simulated-gpu-agent"
@@ -27,21 +28,12 @@ AGENT_DIR = Path(gpu_agent.__file__).resolve().parent
 LABELS = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/part-of": "kamaji-hami-lab"}
 
 
-def hami_card_type(product: str) -> str:
-    """The type HAMi's device plugin registers: the NVML name, `NVIDIA-` prefixed if it lacks it."""
-    return product if product.startswith("NVIDIA") else f"NVIDIA-{product}"
-
-
 def agent_config(tenant: TenantConfig, split_count: int) -> dict[str, Any]:
     """Every worker of the tenant carries the tenant's configured cards."""
-    cards = [
-        {"type": hami_card_type(card.product), "devmem": card.memory_mb, "devcore": card.cores}
-        for card in tenant.cards
-    ]
     return {
         "splitCount": split_count,
         "resyncSeconds": 2,
-        "nodes": {node: cards for node in tenant.worker_names},
+        "nodes": node_inventory(tenant.cards, tenant.worker_names),
     }
 
 

@@ -98,7 +98,12 @@ class Validation(pulumi.ComponentResource):
             environment={"LABCHECK_SPEC": pulumi.Output.secret(args.spec_json)},
             # Any change to the lab's parts replaces this step, so it runs again.
             triggers=args.triggers,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=args.depends_on),
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                depends_on=args.depends_on,
+                # Every labcheck wait is bounded; a badly broken lab still ends well within this.
+                custom_timeouts=pulumi.CustomTimeouts(create="40m"),
+            ),
         )
         self.report_dir = args.report_dir
         self.register_outputs({"reportDir": self.report_dir})

@@ -34,7 +34,9 @@ def test_lab_stack_has_the_promised_gpus():
 
 def test_pulumi_yaml_documents_every_scalar_key_with_the_model_default():
     declared = yaml.safe_load((PROJECT_DIR / "Pulumi.yaml").read_text())["config"]
-    defaults = LabConfig.model_validate({"tenants": [{"name": "x"}]}).model_dump(by_alias=True)
+    defaults = LabConfig.model_validate({"tenants": [{"name": "x"}]}).model_dump(
+        mode="json", by_alias=True
+    )
     scalar_keys = {k for k in defaults if k != "tenants"}
     assert {k.split(":", 1)[1] for k in declared} == scalar_keys
     for key, spec in declared.items():

@@ -10,12 +10,13 @@ from pulumi_harness import lab_stack_config
 from components.cni import flannel_cni_conf, flannel_values
 from components.config import parse_config
 from components.footprint import CONTROL_PLANE_RESOURCES
+from components.gpu_models import hami_card_type
 from components.hami import gpu_quota_manifest, hami_values
 from components.kamaji import cert_manager_values, kamaji_values
 from components.metallb import metallb_values, pool_manifests
 from components.netplan import plan_network
 from components.network import BRIDGE_OPTIONS, ipam_config
-from components.simulated_gpus import agent_config, agent_manifests, hami_card_type
+from components.simulated_gpus import agent_config, agent_manifests
 from components.tenant import dns_service_ip, tenant_control_plane_manifest
 from components.workers import node_container_args
 

@@ -1,0 +1,149 @@
+"""Scripts for remote GPU hosts, run over SSH by pulumi-command's remote Command.
+
+Values are baked in with shlex quoting (an SSH server usually refuses client environment
+variables); the one secret, the tenant's admin kubeconfig, arrives on stdin. The NVIDIA
+driver and container toolkit are checked and reported, never installed: that is the host
+owner's decision. Debian/Ubuntu hosts only, where kubeadm's packages come from pkgs.k8s.io.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from components.scripts import KUBECONFIG_PRELUDE, STRICT
+
+# Root or passwordless sudo: a prompt would hang a non-interactive SSH session.
+AS_ROOT = 'SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo -n"\n'
+
+
+def _minor(version: str) -> str:
+    return ".".join(version.lstrip("v").split(".")[:2])
+
+
+def prepare_script(node_name: str, kubernetes_version: str, gpu_mode: str) -> str:
+    """Kernel settings, containerd and kubeadm/kubelet at the tenant's exact version; GPU report."""
+    version = kubernetes_version.lstrip("v")
+    minor = _minor(kubernetes_version)
+    node = shlex.quote(node_name)
+    return (
+        "set -eu\n"
+        + AS_ROOT
+        + f"""\
+command -v apt-get >/dev/null || {{
+  echo {node}": only Debian/Ubuntu hosts are prepared automatically" >&2; exit 1; }}
+printf 'overlay\\nbr_netfilter\\n' | $SUDO tee /etc/modules-load.d/kamaji-hami-lab.conf >/dev/null
+$SUDO modprobe overlay
+$SUDO modprobe br_netfilter
+printf 'net.bridge.bridge-nf-call-iptables=1\\nnet.ipv4.ip_forward=1\\n' \\
+  | $SUDO tee /etc/sysctl.d/99-kamaji-hami-lab.conf >/dev/null
+$SUDO sysctl --system >/dev/null
+export DEBIAN_FRONTEND=noninteractive
+if ! command -v containerd >/dev/null; then
+  $SUDO apt-get update -q && $SUDO apt-get install -yq containerd
+  $SUDO mkdir -p /etc/containerd
+  containerd config default | sed 's/SystemdCgroup = false/SystemdCgroup = true/' \\
+    | $SUDO tee /etc/containerd/config.toml >/dev/null
+  $SUDO systemctl restart containerd
+fi
+if [ "$(kubeadm version -o short 2>/dev/null || true)" != "v{version}" ]; then
+  $SUDO apt-get update -q && $SUDO apt-get install -yq apt-transport-https ca-certificates curl gpg
+  $SUDO mkdir -p -m 755 /etc/apt/keyrings
+  repo=https://pkgs.k8s.io/core:/stable:/v{minor}/deb/
+  keyring=/etc/apt/keyrings/kubernetes-apt-keyring.gpg
+  curl -fsSL "${{repo}}Release.key" | $SUDO gpg --batch --yes --dearmor -o "$keyring"
+  echo "deb [signed-by=$keyring] $repo /" \\
+    | $SUDO tee /etc/apt/sources.list.d/kubernetes.list >/dev/null
+  $SUDO apt-get update -q
+  $SUDO apt-get install -yq --allow-change-held-packages \\
+    'kubelet={version}-*' 'kubeadm={version}-*' 'kubectl={version}-*'
+  $SUDO apt-mark hold kubelet kubeadm kubectl >/dev/null
+fi
+$SUDO systemctl enable --now kubelet >/dev/null 2>&1 || true
+"""
+        + (_gpu_report(node) if gpu_mode == "real" else "")
+        + f'echo {node}": prepared for Kubernetes v{version}" >&2\n'
+    )
+
+
+def _gpu_report(node: str) -> str:
+    return f"""\
+if ! nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader >&2; then
+  echo {node}": no working NVIDIA driver (nvidia-smi failed): install the driver first" >&2
+  exit 1
+fi
+if ! command -v nvidia-ctk >/dev/null; then
+  echo {node}": NVIDIA Container Toolkit missing: install nvidia-container-toolkit first" >&2
+  exit 1
+fi
+if ! grep -q 'nvidia' /etc/containerd/config.toml 2>/dev/null; then
+  $SUDO nvidia-ctk runtime configure --runtime=containerd >&2
+  $SUDO systemctl restart containerd
+fi
+echo {node}": NVIDIA driver and container toolkit present" >&2
+"""
+
+
+def remote_join_script(node_name: str, join_timeout_seconds: int = 120) -> str:
+    """Joins the host once; the tenant's admin kubeconfig is read from stdin and removed again."""
+    node = shlex.quote(node_name)
+    return (
+        "set -eu\n"
+        + AS_ROOT
+        + f"""\
+if $SUDO test -f /etc/kubernetes/kubelet.conf; then
+  cat >/dev/null; echo {node}" already joined" >&2; exit 0
+fi
+$SUDO install -d -m 700 /etc/kubernetes
+$SUDO sh -c 'umask 077 && cat > /etc/kubernetes/lab-admin.conf'
+trap '$SUDO rm -f /etc/kubernetes/lab-admin.conf' EXIT
+deadline=$(( $(date +%s) + {join_timeout_seconds} ))
+until join=$($SUDO kubeadm token create --print-join-command --ttl 30m \\
+    --kubeconfig /etc/kubernetes/lab-admin.conf 2>/dev/null); do
+  if [ "$(date +%s)" -ge "$deadline" ]; then
+    echo {node}": no bootstrap token from the tenant within {join_timeout_seconds}s" >&2; exit 1
+  fi
+  sleep 3
+done
+$SUDO rm -f /etc/kubernetes/lab-admin.conf
+# shellcheck disable=SC2086 # the join command is split into its arguments on purpose
+$SUDO $join --node-name {node} >&2
+echo {node}" joined" >&2
+"""
+    )
+
+
+def remote_reset_script(node_name: str) -> str:
+    """Undoes the join on destroy, so the host can join again later."""
+    return (
+        "set -eu\n"
+        + AS_ROOT
+        + "$SUDO kubeadm reset -f >&2 "
+        + f"|| echo {shlex.quote(node_name)}': kubeadm reset failed' >&2\n"
+    )
+
+
+def node_registered_script(timeout_seconds: int = 180) -> str:
+    """Waits (locally) for the node object in the tenant. Needs NODE_NAME and LAB_KUBECONFIG."""
+    return (
+        STRICT
+        + KUBECONFIG_PRELUDE
+        + f"""\
+deadline=$(( $(date +%s) + {timeout_seconds} ))
+until kubectl get node "$NODE_NAME" >/dev/null 2>&1; do
+  if [ "$(date +%s)" -ge "$deadline" ]; then
+    echo "$NODE_NAME did not register within {timeout_seconds}s" >&2; exit 1
+  fi
+  sleep 3
+done
+"""
+    )
+
+
+def node_delete_script() -> str:
+    """Removes the node object from the tenant on destroy; bounded, never blocks destroy."""
+    return (
+        STRICT
+        + KUBECONFIG_PRELUDE
+        + 'kubectl --request-timeout=20s delete node "$NODE_NAME" --ignore-not-found \\\n'
+        + '  || echo "warning: could not delete node $NODE_NAME from its tenant" >&2\n'
+    )

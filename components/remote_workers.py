@@ -1,0 +1,78 @@
+"""RemoteWorkerPool: GPU hosts over SSH, prepared and joined with kubeadm at the tenant version."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_command as command
+
+from components.config import RemoteWorker
+from components.remote_scripts import (
+    node_delete_script,
+    node_registered_script,
+    prepare_script,
+    remote_join_script,
+    remote_reset_script,
+)
+
+
+@dataclass(frozen=True)
+class RemoteWorkerPoolArgs:
+    tenant_name: str
+    workers: tuple[RemoteWorker, ...]
+    kubernetes_version: str
+    gpu_mode: str
+    ssh_private_key: pulumi.Input[str]
+    tenant_kubeconfig: pulumi.Input[str]
+    control_plane: pulumi.Resource
+
+
+def connection(
+    worker: RemoteWorker, private_key: pulumi.Input[str]
+) -> command.remote.ConnectionArgs:
+    return command.remote.ConnectionArgs(
+        host=worker.host, user=worker.user, port=worker.port, private_key=private_key
+    )
+
+
+class RemoteWorkerPool(pulumi.ComponentResource):
+    """All remote worker hosts of one tenant."""
+
+    def __init__(
+        self, name: str, args: RemoteWorkerPoolArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__("kamaji-hami-lab:index:RemoteWorkerPool", name, None, opts)
+        key = pulumi.Output.secret(args.ssh_private_key)
+        self.joins: list[pulumi.Resource] = []
+        for worker in args.workers:
+            ssh = connection(worker, key)
+            prepare = command.remote.Command(
+                f"{worker.name}-prepare",
+                connection=ssh,
+                create=prepare_script(worker.name, args.kubernetes_version, args.gpu_mode),
+                # A new version or GPU mode prepares the host again (idempotent).
+                triggers=[args.kubernetes_version, args.gpu_mode, worker.host],
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+            join = command.remote.Command(
+                f"{worker.name}-join",
+                connection=ssh,
+                create=remote_join_script(worker.name),
+                delete=remote_reset_script(worker.name),
+                stdin=args.tenant_kubeconfig,
+                triggers=[worker.host],
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[prepare, args.control_plane]),
+            )
+            # Runs where Pulumi runs: waits for the node object, and deletes it on destroy.
+            registered = command.local.Command(
+                f"{worker.name}-registered",
+                create=node_registered_script(),
+                delete=node_delete_script(),
+                environment={"NODE_NAME": worker.name, "LAB_KUBECONFIG": args.tenant_kubeconfig},
+                triggers=[join.id],
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[join]),
+            )
+            self.joins.append(registered)
+        self.node_names = [worker.name for worker in args.workers]
+        self.register_outputs({"nodeNames": self.node_names})
