@@ -53,6 +53,10 @@ class Registration:
     custom: bool
     read: bool = False
 
+    def is_secret(self, path: str) -> bool:
+        """True when `path` (e.g. `connection.privateKey`) or an enclosing value was secret."""
+        return any(path == p or path.startswith(f"{p}.") for p in self.secret_inputs)
+
 
 @dataclass
 class ProgramRun:
@@ -114,6 +118,16 @@ def _secret_paths(value: Any, path: str = "") -> Iterator[str]:
             yield from _secret_paths(item, f"{path}[{i}]")
 
 
+def _unwrap_secrets(value: Any) -> Any:
+    if isinstance(value, dict):
+        if value.get(SECRET_SIG) == SECRET_MARK:
+            return _unwrap_secrets(value.get("value"))
+        return {k: _unwrap_secrets(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_unwrap_secrets(v) for v in value]
+    return value
+
+
 class RecordingMonitor(pulumi_mocks.MockMonitor):
     def __init__(self, mocks: pulumi.runtime.Mocks, run: ProgramRun) -> None:
         super().__init__(mocks)
@@ -131,7 +145,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                     parent=request.parent,
                     provider=request.provider,
                     dependencies=list(request.dependencies),
-                    inputs=self.resources[response.urn].state,
+                    inputs=_unwrap_secrets(self.resources[response.urn].state),
                     secret_inputs=set(_secret_paths(raw)),
                     secret_outputs=list(request.additionalSecretOutputs),
                     custom=request.custom,
@@ -149,7 +163,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                 parent=request.parent,
                 provider=request.provider,
                 dependencies=list(request.dependencies),
-                inputs={},
+                inputs=_unwrap_secrets(self.resources[response.urn].state),
                 secret_inputs=set(),
                 secret_outputs=[],
                 custom=True,
@@ -174,6 +188,9 @@ class LabMocks(pulumi.runtime.Mocks):
             state["imageId"] = "sha256:" + "0" * 64
         elif args.typ == "docker:index/network:Network":
             state.setdefault("name", name)
+        elif args.typ == "pulumi:pulumi:StackReference":
+            state["outputs"] = {"managementKubeconfig": FAKE_KUBECONFIG}
+            state["secretOutputNames"] = ["managementKubeconfig"]
         return f"{name}-id", state
 
     def call(self, args: pulumi.runtime.MockCallArgs):
@@ -240,7 +257,11 @@ def run_program(config: dict[str, Any], *, stack: str = "lab", preview: bool = F
     return run
 
 
-def lab_stack_config() -> dict[str, Any]:
-    """The config of Pulumi.lab.yaml, without the project prefix."""
-    data = yaml.safe_load((PROJECT_DIR / "Pulumi.lab.yaml").read_text())["config"]
+def stack_config(stack: str) -> dict[str, Any]:
+    """The config of Pulumi.<stack>.yaml, without the project prefix."""
+    data = yaml.safe_load((PROJECT_DIR / f"Pulumi.{stack}.yaml").read_text())["config"]
     return {key.split(":", 1)[1]: value for key, value in data.items()}
+
+
+def lab_stack_config() -> dict[str, Any]:
+    return stack_config("lab")
