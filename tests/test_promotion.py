@@ -11,6 +11,7 @@ from pulumi_harness import FAKE_KUBECONFIG, PROJECT_DIR, ProgramRun, run_program
 
 from components.config import ConfigError, parse_config
 from components.remote_scripts import prepare_script, remote_join_script
+from labcheck.spec import parse_spec
 
 SSH_KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nfake\n-----END OPENSSH PRIVATE KEY-----\n"
 SECRETS = {"sshPrivateKey": SSH_KEY, "managementKubeconfig": FAKE_KUBECONFIG}
@@ -193,3 +194,14 @@ def test_real_gpu_stack_says_which_secret_is_missing():
         parse_config({**stack_config("gpu"), "managementKubeconfig": FAKE_KUBECONFIG})
     assert info.value.key == "sshPrivateKey"
     assert "pulumi config set --secret sshPrivateKey" in str(info.value)
+
+
+@pytest.mark.parametrize("stack", ["lab", "nvml", "gpu"])
+def test_every_stacks_validation_spec_is_accepted_by_labcheck(stack: str):
+    run = run_program({**stack_config(stack), **(SECRETS if stack == "gpu" else {})}, stack=stack)
+    spec = parse_spec(run.outputs["labcheckSpec"])
+    modes = {t.name: t.gpu_mode for t in spec.tenants}
+    expected = {t["name"]: t.get("gpuMode", "simulated") for t in stack_config(stack)["tenants"]}
+    assert modes == expected
+    for tenant in spec.tenants:
+        assert tenant.nodes and set(tenant.gpus) <= set(tenant.nodes)
