@@ -55,6 +55,8 @@ class ManagementCluster(pulumi.ComponentResource):
             # Keeps the provider (and all it manages) from being replaced when the kubeconfig
             # is unknown during a later preview.
             cluster_identifier=self.context,
+            # The lab owns this cluster: if it is already gone, destroy still ends cleanly.
+            delete_unreachable=True,
             opts=pulumi.ResourceOptions(parent=self),
         )
         self.register_outputs({"kubeconfig": self.kubeconfig, "context": self.context})

@@ -173,6 +173,8 @@ class Tenant(pulumi.ComponentResource):
             f"{name}-provider",
             kubeconfig=self.kubeconfig,
             cluster_identifier=f"{tenant.name}-{args.address}",
+            # The lab owns the tenant: if its control plane is already gone, destroy still ends.
+            delete_unreachable=True,
             opts=pulumi.ResourceOptions(parent=self),
         )
         self.register_outputs(
