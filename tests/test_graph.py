@@ -58,7 +58,7 @@ def test_kind_uses_the_lab_network_and_hides_its_kubeconfig(lab: ProgramRun):
     provider = lab.named("management-provider")
     assert "kubeconfig" in provider.secret_inputs
     assert provider.inputs["clusterIdentifier"] == "kind-kamaji-hami-lab"
-    assert provider.inputs["deleteUnreachable"] is True
+    assert provider.inputs["deleteUnreachable"] == "true"  # provider config travels as text
 
 
 def test_pool_waits_for_the_metallb_webhook(lab: ProgramRun):
