@@ -1,11 +1,20 @@
 """Agent cost per allocation: 100 queued GPU pods driven through the fake API.
 
-Each round the fake HAMi scheduler binds what the node locks allow, then the agent runs
-one pass. Only the agent's passes are timed (time.process_time); the fake's server-side
-work (building and encoding responses) is subtracted, while decoding the JSON responses
-stays in, as it would in the real agent.
+Each round the fake HAMi scheduler binds what the node locks allow, then the agent runs.
+Only the agent's work is timed (time.process_time); the fake's server-side work (building,
+filtering and encoding responses and watch events) is subtracted, while decoding the JSON
+responses and events stays in, as it would in the real agent.
 
-    python benchmarks/agent_bench.py [--pods 100] [--pad-bytes 4000] [--repeat 9]
+    python benchmarks/agent_bench.py [--mode watch|list|both] [--pods 100]
+                                     [--pad-bytes 4000] [--repeat 9]
+
+--mode watch (default): the long-running loop. One LIST at start, then per round the
+agent reads the node and pod watch streams from where they stopped and judges only what
+the events touched. Here each round re-opens both streams (one WATCH request each, ended
+by a bookmark once caught up); the real agent keeps one stream per resource open and
+re-opens it every relistSeconds, so the WATCH column is an upper bound.
+--mode list: the previous design, a full LIST + level-triggered pass (reconcile_once)
+per round, kept for comparison.
 
 Figures are medians over --repeat runs.
 """
@@ -21,26 +30,31 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anywhere
 
-from gpu_agent import parse_config, reconcile_once
+from gpu_agent import Agent, parse_config, reconcile_once
 from tests.fakes.fake_kube import FakeKube
 
 CARD = {"type": "NVIDIA A100-SXM4-80GB", "devmem": 81920, "devcore": 100}
 
 
-def scenario(nodes: int, pods: int, pad_bytes: int) -> dict[str, float]:
+def scenario(mode: str, nodes: int, pods: int, pad_bytes: int) -> dict[str, float]:
     names = [f"tenant-{i}-worker-1" for i in range(nodes)]
     config = parse_config({"splitCount": 10, "nodes": {n: [CARD, CARD] for n in names}})
     kube = FakeKube()
     for n in names:
         kube.add_node(n)
-    reconcile_once(kube, config)  # registration is not part of the per-allocation cost
+    agent = Agent(kube, config)
+    agent.step()  # list and register: not part of the per-allocation cost
+    agent.follow("nodes", 0)  # the registration's own events
+    agent.follow("pods", 0)
     for i in range(pods):
         pod = kube.add_pod(f"team-{i % 5}", f"job-{i:03d}")
         # Real pods carry managedFields, status conditions...: pad to a realistic size.
         pod["metadata"]["managedFields"] = [{"manager": "kubectl", "pad": "x" * pad_bytes}]
     kube.calls.clear()
+    kube.decode_cpu.clear()
+    kube.events_sent.clear()
     cpu = server = 0.0
-    passes = 0
+    rounds = 0
     while any(not p["spec"].get("nodeName") for p in kube.pods.values()):
         for i, n in enumerate(names):  # the scheduler spreads the queue over the nodes
             for (ns, name), p in kube.pods.items():
@@ -48,34 +62,75 @@ def scenario(nodes: int, pods: int, pad_bytes: int) -> dict[str, float]:
                 if mine and kube.schedule(ns, name, n) == "bound":
                     break
         s0, t0 = kube.server_cpu, time.process_time()
-        summary = reconcile_once(kube, config)
+        if mode == "list":
+            summary = reconcile_once(kube, config)
+        else:
+            agent.follow("nodes", 0)
+            agent.follow("pods", 0)
+            summary = agent.step()
         cpu += time.process_time() - t0
         server += kube.server_cpu - s0
-        passes += 1
+        rounds += 1
         assert not summary.errors, summary.errors
+        assert len(summary.completed) == len(summary.released) == min(nodes, pods), summary
     assert all(
         p["metadata"]["annotations"]["hami.io/bind-phase"] == "success" for p in kube.pods.values()
     )
     assert all(kube.lock(n) is None for n in names)
-    calls, writes = len(kube.calls), len(kube.writes())
-    lists = sum(v for k, v in kube.decode_cpu.items() if k.startswith("list_"))
+    decode = sum(kube.decode_cpu.values())  # every response and event
+    result = {
+        "rounds": rounds,
+        "cpu_us_per_alloc": (cpu - server) / pods * 1e6,
+        "decode_us_per_alloc": decode / pods * 1e6,
+        "rest_us_per_alloc": (cpu - server - decode) / pods * 1e6,
+        "lists_per_alloc": kube.count("list") / pods,
+        "watches_per_alloc": kube.count("watch") / pods,
+        "other_calls_per_alloc": (kube.count("get") + kube.count("patch")) / pods,
+        "writes_per_alloc": len(kube.writes()) / pods,
+        "events_per_alloc": sum(kube.events_sent.values()) / pods,
+    }
+    # A round with nothing new (the last round's own events are read first). In watch mode
+    # that is re-opening both streams to a bookmark, which is in every round above.
+    if mode == "watch":
+        agent.follow("nodes", 0)
+        agent.follow("pods", 0)
+        agent.step()
+    s0, t0 = kube.server_cpu, time.process_time()
+    if mode == "list":
+        idle = reconcile_once(kube, config)
+    else:
+        agent.follow("nodes", 0)
+        agent.follow("pods", 0)
+        idle = agent.step()
+    result["idle_round_us"] = (time.process_time() - t0 - (kube.server_cpu - s0)) * 1e6
+    assert idle.actions == 0
+    # A full pass with 100 bound pods and nothing to do: every round in list mode, once per
+    # relistSeconds (60 s) in watch mode.
     s0, t0 = kube.server_cpu, time.process_time()
     idle = reconcile_once(kube, config)
-    idle_cpu = time.process_time() - t0 - (kube.server_cpu - s0)
+    result["full_pass_us"] = (time.process_time() - t0 - (kube.server_cpu - s0)) * 1e6
     assert idle.actions == 0
-    return {
-        "passes": passes,
-        "cpu_us_per_alloc": (cpu - server) / pods * 1e6,
-        "list_decode_us_per_alloc": lists / pods * 1e6,
-        "rest_us_per_alloc": (cpu - server - lists) / pods * 1e6,
-        "calls_per_alloc": calls / pods,
-        "writes_per_alloc": writes / pods,
-        "idle_pass_us": idle_cpu * 1e6,
-    }
+    return result
+
+
+COLUMNS = [  # (key, header, format)
+    ("rounds", "rounds", ".0f"),
+    ("cpu_us_per_alloc", "CPU us/alloc", ".0f"),
+    ("decode_us_per_alloc", "decode", ".0f"),
+    ("rest_us_per_alloc", "rest", ".0f"),
+    ("lists_per_alloc", "LIST/alloc", ".2f"),
+    ("watches_per_alloc", "WATCH/alloc", ".2f"),
+    ("other_calls_per_alloc", "GET+PATCH/alloc", ".2f"),
+    ("writes_per_alloc", "writes/alloc", ".2f"),
+    ("events_per_alloc", "events/alloc", ".2f"),
+    ("idle_round_us", "idle round us", ".0f"),
+    ("full_pass_us", "full pass us", ".0f"),
+]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--mode", choices=("watch", "list", "both"), default="watch")
     ap.add_argument("--pods", type=int, default=100)
     ap.add_argument("--pad-bytes", type=int, default=4000)
     ap.add_argument("--repeat", type=int, default=9)
@@ -83,19 +138,14 @@ def main() -> None:
     logging.disable(logging.INFO)  # one log line per action would dominate the figures
     py = sys.version.split()[0]
     print(f"{args.pods} allocations, pods padded to ~{args.pad_bytes} B, Python {py}")
-    print(
-        f"{'nodes':>5} {'passes':>6} {'CPU us/alloc':>12} {'list decode':>11} {'rest':>6} "
-        f"{'calls/alloc':>11} {'writes/alloc':>12} {'idle pass us':>12}"
-    )
-    for nodes in (1, 4):
-        runs = [scenario(nodes, args.pods, args.pad_bytes) for _ in range(args.repeat)]
-        r = {k: statistics.median(run[k] for run in runs) for k in runs[0]}  # CPU time is noisy
-        print(
-            f"{nodes:>5} {r['passes']:>6.0f} {r['cpu_us_per_alloc']:>12.0f} "
-            f"{r['list_decode_us_per_alloc']:>11.0f} {r['rest_us_per_alloc']:>6.0f} "
-            f"{r['calls_per_alloc']:>11.2f} {r['writes_per_alloc']:>12.2f} "
-            f"{r['idle_pass_us']:>12.0f}"
-        )
+    print(f"{'mode':>5} {'nodes':>5} " + " ".join(f"{h:>{len(h)}}" for _, h, _ in COLUMNS))
+    modes = ("watch", "list") if args.mode == "both" else (args.mode,)
+    for mode in modes:
+        for nodes in (1, 4):
+            runs = [scenario(mode, nodes, args.pods, args.pad_bytes) for _ in range(args.repeat)]
+            r = {k: statistics.median(run[k] for run in runs) for k in runs[0]}  # CPU is noisy
+            cells = " ".join(f"{r[k]:>{len(h)}{fmt}}" for k, h, fmt in COLUMNS)
+            print(f"{mode:>5} {nodes:>5} {cells}")
 
 
 if __name__ == "__main__":

@@ -5,15 +5,17 @@ plugin does, and frees node locks whose owner is done. Standard library only: it
 a bare python image with these files mounted from a ConfigMap.
 """
 
-from .agent import PassSummary, reconcile_once, run
+from .agent import Agent, PassSummary, reconcile_once, run
 from .config import Card, Config, ConfigError, load_config, parse_config
 from .kube import (
     ApiError,
     AuthError,
     Conflict,
+    Gone,
     HttpKubeApi,
     KubeApi,
     NotFound,
+    ObjList,
     TransientError,
     required_rbac_rules,
 )
@@ -23,15 +25,18 @@ RUNTIME_FILES = ("__init__.py", "__main__.py", "agent.py", "config.py", "hami.py
 
 __all__ = [
     "RUNTIME_FILES",
+    "Agent",
     "ApiError",
     "AuthError",
     "Card",
     "Config",
     "ConfigError",
     "Conflict",
+    "Gone",
     "HttpKubeApi",
     "KubeApi",
     "NotFound",
+    "ObjList",
     "PassSummary",
     "TransientError",
     "load_config",

@@ -1,16 +1,22 @@
-"""Level-triggered reconcile: every pass recomputes from what the API server holds now."""
+"""Reconcile from cached nodes and pods that LIST + WATCH keep current.
+
+A full pass (reconcile_once, Agent.relist) lists nodes and pods and judges everything: it
+is level-triggered, so a restart or a missed event converges. Between relists, watch
+events update the caches and only what they touch is judged again (Agent.flush).
+"""
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import hami
 from .config import Config
-from .kube import ApiError, AuthError, Conflict, KubeApi, NotFound, Obj
+from .kube import ApiError, AuthError, Conflict, Gone, KubeApi, NotFound, Obj
 
 LOG = logging.getLogger("gpu_agent")
 
@@ -21,6 +27,8 @@ MAX_CONFLICT_RETRIES = 5
 TERMINAL_PHASES = ("Succeeded", "Failed")
 
 EXIT_OK, EXIT_BUG, EXIT_CONFIG, EXIT_AUTH = 0, 1, 2, 3
+RESOURCES = ("nodes", "pods")
+PodKey = tuple[str, str]
 
 
 @dataclass
@@ -48,12 +56,20 @@ def _key(pod: Obj) -> str:
     return f"{_meta(pod).get('namespace')}/{_meta(pod).get('name')}"
 
 
-class _Pass:
-    def __init__(self, api: KubeApi, config: Config) -> None:
-        self.api, self.config, self.s = api, config, PassSummary()
-        self.nodes: dict[str, Obj] = {}  # our nodes, latest copy we have seen
+def _pod_key(pod: Obj) -> PodKey:
+    return (_meta(pod).get("namespace") or "", _meta(pod).get("name") or "")
 
-    def guard(self, what: str, fn: Callable[..., Any], *args: Any) -> None:
+
+class _Pass:
+    def __init__(
+        self, api: KubeApi, config: Config, nodes: dict[str, Obj], pods: dict[PodKey, Obj]
+    ) -> None:
+        self.api, self.config, self.s = api, config, PassSummary()
+        self.nodes = nodes  # our nodes, latest copy we have seen (our writes update it)
+        self.pods = pods  # bound, unfinished pods as listed or watched (read only here)
+        self.unseen_owner: list[str] = []  # nodes locked by a pod we have not seen yet
+
+    def guard(self, what: str, fn: Callable[..., Any], *args: Any) -> bool:
         """Contain one item's failure to that item; only auth errors end the pass."""
         try:
             fn(*args)
@@ -61,15 +77,20 @@ class _Pass:
             raise
         except ApiError as exc:
             self.s.errors.append(f"{what}: {exc}")
-            LOG.warning("%s failed, retrying next pass: %s", what, exc)
+            LOG.warning("%s failed, retrying later: %s", what, exc)
+            return False
+        return True
 
     # registration
     def register(self, name: str) -> None:
         node = self.nodes[name]
-        want = hami.register_cards(name, self.config.nodes[name])
+        cards = self.config.nodes[name]
+        value = hami.register_value(name, cards)
+        current = _annotations(node).get(hami.REGISTER_ANNOTATION)
         meta: dict[str, Any] = {}
-        if hami.decode_register(_annotations(node).get(hami.REGISTER_ANNOTATION)) != want:
-            meta["annotations"] = {hami.REGISTER_ANNOTATION: hami.encode_register(want)}
+        # Same text is the usual case; else compare decoded (another writer's formatting).
+        if current != value and hami.decode_register(current) != hami.register_cards(name, cards):
+            meta["annotations"] = {hami.REGISTER_ANNOTATION: value}
         labels = _meta(node).get("labels") or {}
         missing = {k: v for k, v in self.config.node_labels.items() if labels.get(k) != v}
         if missing:
@@ -77,7 +98,7 @@ class _Pass:
         if meta:  # we own these keys: no resourceVersion precondition needed
             node = self.nodes[name] = self.api.patch_node_metadata(name, {"metadata": meta})
             self.s.registered.append(name)
-            LOG.info("registered node=%s cards=%d set=%s", name, len(want), sorted(meta))
+            LOG.info("registered node=%s cards=%d set=%s", name, len(cards), sorted(meta))
 
         total = str(sum(c.count for c in self.config.nodes[name]))
         ops = _capacity_ops(node.get("status"), total)
@@ -148,20 +169,27 @@ class _Pass:
             return
         raise Conflict(409, f"lock on {name} kept changing")
 
-    def release_if_orphaned(self, name: str, bound: dict[tuple[str, str], Obj]) -> None:
+    def release_if_orphaned(self, name: str, may_get: bool = True) -> None:
         value = _annotations(self.nodes[name]).get(hami.LOCK_ANNOTATION)
         owner = hami.lock_owner(value) if value else None
         if owner is None:
             return  # no lock, or a legacy timestamp-only one the scheduler expires itself
-        pod = bound.get(owner)
+        pod = self.pods.get(owner)
+        fetched = False
         if pod is None:
+            if not may_get:  # usually mid-bind: its pod event is on the way
+                self.unseen_owner.append(name)
+                return
             try:
                 pod = self.api.get_pod(*owner)
+                fetched = True
             except NotFound:
                 pod = None
         why = _stale_reason(pod, name)
         if why:  # compare the exact value: a new lock by anyone is a different string
             self.release(name, lambda v: v == value, "/".join(owner), why)
+        elif fetched:  # alive but unbound, so no event tells us when it goes: look again
+            self.unseen_owner.append(name)
 
 
 def _capacity_ops(status: Obj | None, total: str) -> list[Obj]:
@@ -194,43 +222,284 @@ def _stale_reason(pod: Obj | None, node: str) -> str | None:
     return None
 
 
-def reconcile_once(api: KubeApi, config: Config) -> PassSummary:
-    """One pass: list nodes and pods once, then write only what differs from the target."""
-    p = _Pass(api, config)
-    # Nodes before pods: a lock seen here was taken by a pod that already existed, so it
-    # is in the pod list unless it is gone or still unbound.
-    for node in api.list_nodes():
-        name = _meta(node).get("name")
-        if name in config.nodes:
-            p.nodes[name] = node
-    pods = api.list_pods(POD_SELECTOR)
-    for name in list(p.nodes):
-        p.guard(f"register {name}", p.register, name)
-    for pod in pods:
-        if p.is_candidate(pod):
-            p.guard(f"complete {_key(pod)}", p.complete, pod)
-    bound = {(_meta(q).get("namespace"), _meta(q).get("name")): q for q in pods}
-    for name in list(p.nodes):
-        p.guard(f"lock check {name}", p.release_if_orphaned, name, bound)
-    return p.s
+class Agent:
+    """Caches of our nodes and of the bound, unfinished pods, kept current by LIST + WATCH.
 
+    relist() lists both and judges everything; apply() takes one watch event into the
+    caches and marks what it touches; flush() judges only what is marked; step() does a
+    relist when one is needed or due, else a flush. follow() reads one watch stream.
+    run() calls these from several threads, serialised by self.cond.
+    """
 
-def run(api: KubeApi, config: Config, stop_event: threading.Event) -> int:
-    """Reconcile until stop_event is set; return the process exit code."""
-    LOG.info("gpu agent started nodes=%s resync=%ss", sorted(config.nodes), config.resync_seconds)
-    while not stop_event.is_set():
-        busy = False
+    def __init__(
+        self, api: KubeApi, config: Config, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.api, self.config, self.clock = api, config, clock
+        self.cond = threading.Condition()
+        self.nodes: dict[str, Obj] = {}  # configured nodes only
+        self.pods: dict[PodKey, Obj] = {}
+        self.version = dict.fromkeys(RESOURCES, "")  # where each watch resumes
+        self.synced = dict.fromkeys(RESOURCES, False)  # False: the next step relists
+        self.generation = 0  # bumped by relist: streams on the old caches are dropped
+        self.relist_due = 0.0  # the periodic relist
+        self.listed_at = float("-inf")  # a relist a watch asks for waits resync_seconds after
+        # Marked by events (dicts as ordered sets: work happens in event order).
+        self.dirty_nodes: dict[str, None] = {}
+        self.dirty_pods: dict[PodKey, None] = {}
+        self.gone: set[PodKey] = set()  # left the pod watch: deleted or finished
+        self.retry: dict[tuple[str, Any], float] = {}  # ("node"|"pod", key) -> when
+        self.owner_wait: dict[str, tuple[str, float]] = {}  # node -> (lock value, when)
+        self.failure: BaseException | None = None  # from a watch thread, raised by step()
+        self.closed = False
+
+    # ------------------------------------------------------------------ passes
+    def relist(self) -> PassSummary:
+        """LIST nodes and pods, replace the caches and judge everything (level-triggered)."""
+        self.synced = dict.fromkeys(RESOURCES, False)  # a failed LIST is retried next step
+        self.generation += 1
+        self.listed_at = self.clock()
+        # Nodes before pods: a lock seen here was taken by a pod that already existed, so it
+        # is in the pod list unless it is gone or still unbound.
+        nodes = self.api.list_nodes()
+        pods = self.api.list_pods(POD_SELECTOR)
+        self.nodes = {}
+        for node in nodes.items:
+            name = _meta(node).get("name")
+            if name in self.config.nodes:
+                self.nodes[name] = node
+        self.pods = {_pod_key(p): p for p in pods.items}
+        self.version = {"nodes": nodes.resource_version, "pods": pods.resource_version}
+        self.synced = dict.fromkeys(RESOURCES, True)
+        self.relist_due = self.listed_at + self.config.relist_seconds
+        self.dirty_nodes = dict.fromkeys(self.nodes)
+        self.dirty_pods = dict.fromkeys(self.pods)
+        self.gone, self.retry, self.owner_wait = set(), {}, {}
+        with self.cond:
+            self.cond.notify_all()  # watch threads wait for a list to start from
+        return self.flush(full=True)
+
+    def flush(self, full: bool = False) -> PassSummary:
+        """Judge what events marked (everything when full), plus retries that are due."""
+        now = self.clock()
+        look_up: set[str] = set()  # nodes whose unseen lock owner is GET now
+        for (kind, key), due in list(self.retry.items()):
+            if due <= now:
+                del self.retry[kind, key]
+                if kind == "node":
+                    self.dirty_nodes[key] = None
+                    look_up.add(key)
+                else:
+                    self.dirty_pods[key] = None
+        for name, (value, due) in list(self.owner_wait.items()):
+            if due <= now:
+                del self.owner_wait[name]
+                node = self.nodes.get(name)
+                if node is not None and _annotations(node).get(hami.LOCK_ANNOTATION) == value:
+                    look_up.add(name)  # the same lock, its owner still unseen: GET it now
+                    self.dirty_nodes[name] = None
+        dirty_nodes, dirty_pods, gone = self.dirty_nodes, self.dirty_pods, self.gone
+        self.dirty_nodes, self.dirty_pods, self.gone = {}, {}, set()
+        if not (dirty_nodes or dirty_pods or gone):
+            return PassSummary()
+
+        p = _Pass(self.api, self.config, self.nodes, self.pods)
+        for name in [n for n in self.nodes if n in dirty_nodes]:
+            if not p.guard(f"register {name}", p.register, name):
+                self.retry[("node", name)] = now + self.config.resync_seconds
+        for key in dirty_pods:
+            pod = self.pods.get(key)
+            if (
+                pod is not None
+                and p.is_candidate(pod)
+                and not p.guard(f"complete {_key(pod)}", p.complete, pod)
+            ):
+                self.retry[("pod", key)] = now + self.config.resync_seconds
+        for name in list(self.nodes):
+            value = _annotations(self.nodes[name]).get(hami.LOCK_ANNOTATION)
+            owner = hami.lock_owner(value) if value else None
+            if owner is None or not (name in dirty_nodes or owner in dirty_pods or owner in gone):
+                continue
+            may_get = full or name in look_up or owner in gone
+            if not p.guard(f"lock check {name}", p.release_if_orphaned, name, may_get):
+                self.retry[("node", name)] = now + self.config.resync_seconds
+        for name in p.unseen_owner:  # normally bound within moments; else look it up then
+            value = _annotations(self.nodes[name]).get(hami.LOCK_ANNOTATION) or ""
+            if self.owner_wait.get(name, ("",))[0] != value:  # a busy node cannot delay it
+                self.owner_wait[name] = (value, now + self.config.resync_seconds)
+        return p.s
+
+    def step(self) -> PassSummary:
+        """Relist when a watch asked for it or it is due; otherwise judge what changed."""
+        if self.failure is not None:
+            raise self.failure
+        if self.clock() >= self._relist_at():
+            return self.relist()
+        return self.flush()
+
+    def _relist_at(self) -> float:
+        if all(self.synced.values()):
+            return self.relist_due
+        # Asked for by a watch (410, ERROR) or after a failed LIST: soon, but never in a
+        # tight loop against a server that keeps answering 410.
+        return self.listed_at + self.config.resync_seconds
+
+    def next_due(self) -> float:
+        """When step() has work even if no event arrives."""
+        dues = [self._relist_at(), *self.retry.values()]
+        dues += [due for _, due in self.owner_wait.values()]
+        return min(dues)
+
+    # ------------------------------------------------------------------ events
+    def apply(self, resource: str, event: Obj) -> None:
+        """Take one watch event into the caches and mark what it touches."""
+        kind = event.get("type")
+        obj = event.get("object") or {}
+        if kind == "ERROR":  # 410 Expired (history compacted) or another stream error
+            self.synced[resource] = False
+            LOG.info("watch %s: %s; relisting", resource, obj.get("message") or obj)
+            return
+        version = _meta(obj).get("resourceVersion")
+        if version:
+            self.version[resource] = str(version)
+        if kind not in ("ADDED", "MODIFIED", "DELETED"):
+            return  # BOOKMARK: only the version moves
+        if resource == "nodes":
+            name = _meta(obj).get("name")
+            if name not in self.config.nodes:
+                return
+            if kind == "DELETED":
+                self.nodes.pop(name, None)
+                return
+            if name not in self.nodes:  # (re)joined: allocations may have waited for it
+                for key, pod in self.pods.items():
+                    if _annotations(pod).get(hami.NODE_ANNOTATION) == name:
+                        self.dirty_pods[key] = None
+            self.nodes[name] = obj
+            self.dirty_nodes[name] = None
+        else:
+            key = _pod_key(obj)
+            if kind == "DELETED":  # deleted, or finished (it left the field selector)
+                self.pods.pop(key, None)
+                self.gone.add(key)
+            else:
+                self.pods[key] = obj
+                self.dirty_pods[key] = None
+
+    def follow(self, resource: str, timeout_seconds: float) -> int:
+        """Read one watch stream of `resource` from the last version seen until it ends.
+
+        Returns the number of events applied. A stream that ends is simply followed again
+        from where it stopped; a 410 or an ERROR event makes the next step() relist.
+        """
+        with self.cond:
+            if not self.synced[resource] or self.closed:
+                return 0
+            generation, version = self.generation, self.version[resource]
+        stream = None
+        applied = 0
         try:
-            summary = reconcile_once(api, config)
-            busy = summary.actions > 0
-        except AuthError as exc:
-            LOG.error("fatal, exiting: %s", exc)
-            return EXIT_AUTH
-        except ApiError as exc:  # list failed (5xx, timeout...): try again next pass
-            LOG.warning("pass failed, retrying: %s", exc)
-        except Exception:  # a bug: exit so it shows as a restart instead of a silent loop
-            LOG.exception("unexpected error, exiting")
-            return EXIT_BUG
-        stop_event.wait(config.busy_resync_seconds if busy else config.resync_seconds)
+            if resource == "nodes":
+                stream = self.api.watch_nodes(version, timeout_seconds)
+            else:
+                stream = self.api.watch_pods(version, timeout_seconds, POD_SELECTOR)
+            for event in stream:
+                with self.cond:
+                    if generation != self.generation or self.closed:
+                        break  # relisted meanwhile: the next stream starts at the list
+                    self.apply(resource, event)
+                    applied += 1
+                    self.cond.notify_all()
+                    if not self.synced[resource]:
+                        break
+        except Gone as exc:
+            with self.cond:
+                if generation == self.generation:
+                    self.synced[resource] = False
+                    LOG.info("watch %s: %s; relisting", resource, exc)
+                    self.cond.notify_all()
+        finally:
+            close = getattr(stream, "close", None)
+            if close is not None:
+                close()
+        return applied
+
+    # ------------------------------------------------------------------ threads
+    def pump(self, resource: str, stop: threading.Event) -> None:
+        """Watch thread: follow `resource` until stopped; hand fatal errors to step()."""
+        while True:
+            with self.cond:
+                while not (stop.is_set() or self.closed or self.synced[resource]):
+                    self.cond.wait(1.0)
+                if stop.is_set() or self.closed:
+                    return
+            started = self.clock()
+            try:
+                applied = self.follow(resource, self.config.relist_seconds)
+            except AuthError as exc:
+                self._fail(exc)
+                return
+            except ApiError as exc:  # dropped connection, 5xx...: resume from the version
+                LOG.warning("watch %s failed, resuming: %s", resource, exc)
+                stop.wait(self.config.resync_seconds)
+                continue
+            except Exception as exc:  # a bug: let the main loop exit with it
+                self._fail(exc)
+                return
+            quick = applied == 0 and self.clock() - started < 1.0
+            if quick and self.synced[resource]:  # a stream that ends at once: no tight loop
+                stop.wait(self.config.resync_seconds)
+
+    def _fail(self, exc: BaseException) -> None:
+        with self.cond:
+            self.failure = exc
+            self.cond.notify_all()
+
+    def close(self) -> None:
+        with self.cond:
+            self.closed = True
+            self.cond.notify_all()
+
+
+def reconcile_once(api: KubeApi, config: Config) -> PassSummary:
+    """One full pass: list nodes and pods once, then write only what differs from the target."""
+    return Agent(api, config).relist()
+
+
+def run(
+    api: KubeApi,
+    config: Config,
+    stop_event: threading.Event,
+    clock: Callable[[], float] = time.monotonic,
+) -> int:
+    """Reconcile until stop_event is set; return the process exit code.
+
+    One thread per resource reads its watch; this thread does every LIST and write.
+    """
+    LOG.info("gpu agent started nodes=%s relist=%ss", sorted(config.nodes), config.relist_seconds)
+    agent = Agent(api, config, clock)
+    for resource in RESOURCES:
+        threading.Thread(
+            target=agent.pump, args=(resource, stop_event), name=f"watch-{resource}", daemon=True
+        ).start()
+    try:
+        while not stop_event.is_set():
+            try:
+                with agent.cond:
+                    agent.step()
+                    wait = agent.next_due() - clock()
+                    if wait > 0 and not (agent.dirty_nodes or agent.dirty_pods or agent.gone):
+                        # woken by an event; 1 s at most so a stop request is seen soon
+                        agent.cond.wait(min(wait, 1.0))
+            except AuthError as exc:
+                LOG.error("fatal, exiting: %s", exc)
+                return EXIT_AUTH
+            except ApiError as exc:  # a LIST failed (5xx, timeout...): relist after a pause
+                LOG.warning("pass failed, retrying: %s", exc)
+                stop_event.wait(config.resync_seconds)
+            except Exception:  # a bug: exit so it shows as a restart instead of a silent loop
+                LOG.exception("unexpected error, exiting")
+                return EXIT_BUG
+    finally:
+        agent.close()
     LOG.info("gpu agent stopping")
     return EXIT_OK

@@ -11,7 +11,14 @@ from typing import Any
 CONFIG_ENV = "GPU_AGENT_CONFIG"
 CONFIG_FILE_ENV = "GPU_AGENT_CONFIG_FILE"
 
-_TOP_KEYS = {"splitCount", "resyncSeconds", "busyResyncSeconds", "nodes", "nodeLabels"}
+_TOP_KEYS = {
+    "splitCount",
+    "resyncSeconds",
+    "busyResyncSeconds",
+    "relistSeconds",
+    "nodes",
+    "nodeLabels",
+}
 _CARD_KEYS = {"type", "devmem", "devcore", "count"}
 
 
@@ -30,12 +37,16 @@ class Card:
 @dataclass(frozen=True)
 class Config:
     split_count: int
+    # Delay before a failed item is retried, and before the owner of a lock the pod
+    # watch has not shown yet is looked up by GET.
     resync_seconds: float
     nodes: Mapping[str, tuple[Card, ...]]
-    # After a pass that wrote something, poll again sooner: the scheduler is usually
-    # waiting for the lock we just released.
+    # Accepted for old configs; unused since the agent watches instead of polling.
     busy_resync_seconds: float = 0.5
     node_labels: Mapping[str, str] = field(default_factory=lambda: {"gpu": "on"})
+    # Full LIST + level-triggered pass this often, whatever the watches say: the safety
+    # net for a missed event. Also the length of one watch request.
+    relist_seconds: float = 60.0
 
 
 def _int(value: Any, where: str, minimum: int = 1) -> int:
@@ -81,6 +92,7 @@ def parse_config(raw: Any) -> Config:
     split = _int(raw.get("splitCount", 10), "splitCount")
     resync = _seconds(raw.get("resyncSeconds", 2), "resyncSeconds")
     busy = _seconds(raw.get("busyResyncSeconds", min(0.5, resync)), "busyResyncSeconds")
+    relist = _seconds(raw.get("relistSeconds", 60), "relistSeconds")
     nodes_raw = raw.get("nodes")
     if not isinstance(nodes_raw, Mapping) or not nodes_raw:
         raise ConfigError("nodes: expected a non-empty object {nodeName: [card, ...]}")
@@ -94,7 +106,7 @@ def parse_config(raw: Any) -> Config:
         isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
     ):
         raise ConfigError("nodeLabels: expected an object of string values")
-    return Config(split, resync, nodes, busy, dict(labels))
+    return Config(split, resync, nodes, busy, dict(labels), relist)
 
 
 def load_config(environ: Mapping[str, str] = os.environ) -> Config:

@@ -56,6 +56,12 @@ def encode_register(cards: list[dict[str, Any]]) -> str:
     return json.dumps(cards, separators=(",", ":"))
 
 
+@functools.lru_cache(maxsize=256)  # judged on every event of the node otherwise
+def register_value(node: str, cards: tuple[Card, ...]) -> str:
+    """The annotation value as the agent writes it."""
+    return encode_register(register_cards(node, cards))
+
+
 def decode_register(value: str | None) -> Any:
     if value is None:
         return None

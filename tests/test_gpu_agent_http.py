@@ -10,7 +10,7 @@ import urllib.parse
 
 import pytest
 
-from gpu_agent import AuthError, Conflict, HttpKubeApi, NotFound, TransientError
+from gpu_agent import AuthError, Conflict, Gone, HttpKubeApi, NotFound, ObjList, TransientError
 from gpu_agent.kube import ApiError
 
 
@@ -20,6 +20,15 @@ class FakeResponse(io.BytesIO):
 
     def __exit__(self, *exc):
         return False
+
+
+class BrokenStream(FakeResponse):
+    """A watch response whose connection dies after its first line."""
+
+    def readline(self, *args):
+        if self.tell():
+            raise ConnectionResetError("peer reset")
+        return super().readline(*args)
 
 
 class Opener:
@@ -32,6 +41,8 @@ class Opener:
         reply = self.replies.pop(0) if self.replies else {}
         if isinstance(reply, BaseException):
             raise reply
+        if isinstance(reply, FakeResponse):
+            return reply
         return FakeResponse(reply if isinstance(reply, bytes) else json.dumps(reply).encode())
 
 
@@ -102,11 +113,12 @@ def test_pod_paths_are_quoted():
 
 def test_list_pods_paginates_with_field_selector():
     client, opener = api(
-        {"items": [{"n": 1}], "metadata": {"continue": "c1"}},
-        {"items": [{"n": 2}], "metadata": {}},
+        {"items": [{"n": 1}], "metadata": {"continue": "c1", "resourceVersion": "77"}},
+        {"items": [{"n": 2}], "metadata": {"resourceVersion": "77"}},
     )
     client.page_size = 1
-    assert client.list_pods("spec.nodeName!=") == [{"n": 1}, {"n": 2}]
+    # the list's version is where a watch resumes
+    assert client.list_pods("spec.nodeName!=") == ObjList([{"n": 1}, {"n": 2}], "77")
     first, second = (urllib.parse.urlsplit(r.full_url) for r, _ in opener.requests)
     assert first.path == second.path == "/api/v1/pods"
     assert urllib.parse.parse_qs(first.query) == {
@@ -117,8 +129,8 @@ def test_list_pods_paginates_with_field_selector():
 
 
 def test_list_nodes_without_selector():
-    client, opener = api({"items": []})
-    assert client.list_nodes() == []
+    client, opener = api({"items": [], "metadata": {"resourceVersion": "5"}})
+    assert client.list_nodes() == ObjList([], "5")
     url = urllib.parse.urlsplit(opener.requests[0][0].full_url)
     assert url.path == "/api/v1/nodes" and "fieldSelector" not in url.query
 
@@ -169,6 +181,75 @@ def test_non_json_body_is_transient():
     client, _ = api(b"<html>proxy error</html>")
     with pytest.raises(TransientError):
         client.get_node("n1")
+
+
+def watch_body(*events):
+    lines = (e if isinstance(e, bytes) else json.dumps(e).encode() + b"\n" for e in events)
+    return FakeResponse(b"".join(lines))
+
+
+def test_watch_pods_request_and_stream():
+    added = {"type": "ADDED", "object": {"metadata": {"name": "p", "resourceVersion": "8"}}}
+    mark = {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "9"}}}
+    body = watch_body(added, b"\n", mark)  # a blank keep-alive line is skipped
+    client, opener = api(body)
+    events = client.watch_pods("7", 60, "spec.nodeName!=")
+    req, timeout = opener.requests[0]  # opened at the call, before the first event is read
+    url = urllib.parse.urlsplit(req.full_url)
+    assert (req.get_method(), url.path) == ("GET", "/api/v1/pods")
+    assert urllib.parse.parse_qs(url.query) == {
+        "watch": ["1"],
+        "resourceVersion": ["7"],
+        "allowWatchBookmarks": ["true"],
+        "timeoutSeconds": ["60"],
+        "fieldSelector": ["spec.nodeName!="],
+    }
+    assert timeout == 60 + 7  # a silent dead connection ends soon after the server would
+    assert headers(req)["authorization"] == "Bearer tok"
+    assert list(events) == [added, mark]
+    assert body.closed
+
+
+def test_watch_nodes_request_rounds_timeout_up():
+    client, opener = api(watch_body())
+    assert list(client.watch_nodes("12", 0.2)) == []
+    req, timeout = opener.requests[0]
+    url = urllib.parse.urlsplit(req.full_url)
+    query = urllib.parse.parse_qs(url.query)
+    assert url.path == "/api/v1/nodes" and "fieldSelector" not in query
+    assert query["timeoutSeconds"] == ["1"] and query["resourceVersion"] == ["12"]
+    assert timeout == 1 + 7
+
+
+@pytest.mark.parametrize(("code", "exc"), [(410, Gone), (403, AuthError), (503, TransientError)])
+def test_watch_http_errors_raise_at_the_call(code, exc):
+    client, _ = api(http_error(code, "too old resource version"))
+    with pytest.raises(exc):
+        client.watch_pods("1", 30)
+
+
+def test_watch_connection_drop_mid_stream_is_transient():
+    added = {"type": "ADDED", "object": {"metadata": {"name": "p"}}}
+    body = BrokenStream(json.dumps(added).encode() + b"\n" + b'{"type": "MOD')
+    client, _ = api(body)
+    events = client.watch_nodes("1", 30)
+    assert next(events) == added
+    with pytest.raises(TransientError):
+        next(events)
+    assert body.closed
+
+
+def test_watch_bad_json_line_is_transient():
+    client, _ = api(FakeResponse(b"<html>proxy</html>\n"))
+    with pytest.raises(TransientError):
+        list(client.watch_pods("1", 30))
+
+
+def test_watch_close_closes_the_connection():
+    body = watch_body({"type": "BOOKMARK", "object": {}})
+    client, _ = api(body)
+    client.watch_nodes("1", 30).close()
+    assert body.closed
 
 
 def test_in_cluster_config(tmp_path, monkeypatch):

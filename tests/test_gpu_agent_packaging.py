@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import gpu_agent
-from gpu_agent import TransientError, parse_config, reconcile_once, required_rbac_rules
+from gpu_agent import Agent, TransientError, parse_config, reconcile_once, required_rbac_rules
 from gpu_agent.__main__ import main
 from gpu_agent.kube import API_CALLS, KubeApi
 from tests.fakes.fake_kube import FakeKube
@@ -20,9 +20,9 @@ NODE = "w1"
 
 def test_rbac_rules_exact():
     assert required_rbac_rules() == [
-        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "patch"]},
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "patch", "watch"]},
         {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "patch"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "patch", "watch"]},
     ]
     assert all("*" not in r["verbs"] + r["resources"] for r in required_rbac_rules())
 
@@ -40,7 +40,7 @@ def _allowed(verb: str, resource: str) -> bool:
 
 
 def test_every_call_is_allowed_and_every_rule_is_used():
-    """Drive every code path (register, complete, conflict re-read, orphan GET)."""
+    """Drive every code path (register, complete, conflict re-read, orphan GET, watch)."""
     kube = FakeKube()
     kube.add_node(NODE)
     config = parse_config({"nodes": {NODE: [{"type": "NVIDIA L4", "devmem": 23034}]}})
@@ -64,6 +64,12 @@ def test_every_call_is_allowed_and_every_rule_is_used():
 
     kube.before_call = race_pod  # forces get_pod on conflict
     reconcile_once(kube, config)
+    agent = Agent(kube, config)  # the long-running loop: list, then watch
+    agent.step()
+    kube.add_pod("a", "p4")
+    kube.schedule("a", "p4", NODE)
+    assert agent.follow("nodes", 0) and agent.follow("pods", 0)
+    assert agent.step().completed == ["a/p4"]
     used = {(c.verb, c.resource) for c in kube.calls}
     assert all(_allowed(v, r) for v, r in used)
     granted = {

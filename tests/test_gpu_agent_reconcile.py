@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 
@@ -365,6 +366,8 @@ def test_unbound_or_foreign_pods_are_ignored(kube, config):
 
 
 def test_transient_list_error_is_retried_by_run(kube, config):
+    # The loop watches between relists; a short relist period brings the 4th list soon.
+    config = dataclasses.replace(config, relist_seconds=0.05)
     kube.fail_next("list_nodes", TransientError(503, "unavailable"), times=2)
     stop = threading.Event()
     passes = []
@@ -377,6 +380,7 @@ def test_transient_list_error_is_retried_by_run(kube, config):
 
     kube.before_call = count
     assert run(kube, config, stop) == EXIT_OK
+    kube.close_watches()
     assert kube.nodes[NODE]["metadata"]["labels"]["gpu"] == "on"
 
 

@@ -5,18 +5,33 @@ resourceVersion, a stale metadata.resourceVersion in a merge patch is a 409, obj
 back as fresh JSON copies. Records every call with its RBAC (verb, resource) and can inject
 failures, conflicting writers and deletions. `schedule()` mimics HAMi's Filter + Bind,
 node lock included ("node lock contention").
+
+Watches: every mutation made through the fake (its helpers, the scheduler, the agent's
+writes) is logged as an event with its resourceVersion. A watch streams the events after
+the version it is given, filtered by the field selector the way the API server does
+(an object entering the selector is ADDED, one leaving it DELETED), then a BOOKMARK.
+With timeout 0 it ends when caught up; otherwise it waits for new events until the
+timeout. `compact()` makes older versions answer with an ERROR 410 event,
+`drop_next_watch()` cuts a stream short, `silent()` loses events (a missed event), and
+mutating the dicts directly does not produce an event at all.
+
+Thread-safe enough for run(): every call holds `mutex`; a test thread that mutates while
+the agent runs does it under `with kube.mutex:`.
 """
 
 from __future__ import annotations
 
+import bisect
+import contextlib
 import datetime as dt
 import json
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from gpu_agent.kube import ApiError, Conflict, NotFound
+from gpu_agent.kube import ApiError, Conflict, NotFound, ObjList
 
 Obj = dict[str, Any]
 LOCK = "hami.io/mutex.lock"
@@ -87,6 +102,16 @@ def _selector_matches(pod: Obj, selector: str | None) -> bool:
     return True
 
 
+def _visible(kind: str, prev: Obj | None, cur: Obj, selector: str | None) -> str | None:
+    """The event a selector-filtered watch shows for one change, as the API server does."""
+    was = prev is not None and (selector is None or _selector_matches(prev, selector))
+    if kind == "DELETED":
+        return "DELETED" if was else None
+    if selector is None or _selector_matches(cur, selector):
+        return "MODIFIED" if was else "ADDED"
+    return "DELETED" if was else None  # left the selector (finished, say)
+
+
 class FakeKube:
     def __init__(self) -> None:
         self.nodes: dict[str, Obj] = {}
@@ -96,15 +121,49 @@ class FakeKube:
         self.server_cpu = 0.0  # CPU spent in "server" work, for the benchmark to subtract
         self.decode_cpu: dict[str, float] = {}  # client-side JSON decoding, per method
         self.contention = 0
+        self.events_sent: dict[str, int] = {}  # watch events delivered, per method
+        self.mutex = threading.Condition()  # RLock inside: helpers may nest
         self._rv = 1000
         self._faults: dict[str, list[Exception]] = {}
         self._racers: dict[str, int] = {}
         self.before_call: Callable[[str, tuple[Any, ...]], None] | None = None
+        # Event log: (rv, resource, type, previous state, new state), rv ascending.
+        self._events: list[tuple[int, str, str, Obj | None, Obj]] = []
+        self._event_rvs: list[int] = []
+        self._last: dict[tuple[str, ...], Obj] = {}  # last logged state per object
+        self._oldest = self._rv  # watching from before this answers 410
+        self._silent = False
+        self._drops: dict[str, list[int]] = {}
+        self._closed = False
 
     # ---------------------------------------------------------------- test setup
     def _bump(self, obj: Obj) -> None:
-        self._rv += 1
-        obj["metadata"]["resourceVersion"] = str(self._rv)
+        with self.mutex:
+            self._rv += 1
+            obj["metadata"]["resourceVersion"] = str(self._rv)
+            self._log(obj)
+
+    def _log(self, obj: Obj, deleted: bool = False) -> None:
+        meta = obj["metadata"]
+        if "namespace" in meta:
+            key: tuple[str, ...] = ("pods", meta["namespace"], meta["name"])
+        else:
+            key = ("nodes", meta["name"])
+        snapshot = json.loads(json.dumps(obj))
+        prev = self._last.pop(key, None) if deleted else self._last.get(key)
+        if not deleted:
+            self._last[key] = snapshot
+        kind = "DELETED" if deleted else "MODIFIED" if prev is not None else "ADDED"
+        if not self._silent:
+            self._events.append((self._rv, key[0], kind, prev, snapshot))
+            self._event_rvs.append(self._rv)
+            self.mutex.notify_all()
+
+    def _delete(self, obj: Obj) -> None:
+        with self.mutex:
+            self._rv += 1
+            obj["metadata"]["resourceVersion"] = str(self._rv)
+            self._log(obj, deleted=True)
 
     def add_node(self, name: str, **annotations: str) -> Obj:
         node = {
@@ -152,7 +211,7 @@ class FakeKube:
         return pod
 
     def delete_pod(self, ns: str, name: str) -> None:
-        del self.pods[(ns, name)]
+        self._delete(self.pods.pop((ns, name)))
 
     def set_pod_phase(self, ns: str, name: str, phase: str) -> None:
         self.pods[(ns, name)]["status"]["phase"] = phase
@@ -179,12 +238,39 @@ class FakeKube:
             for k, v in self.nodes[name]["metadata"]["annotations"].items()
             if not k.startswith("hami.io/")
         }
-        del self.nodes[name]
+        self._delete(self.nodes.pop(name))
         self.add_node(name, **annotations)
 
     # ---------------------------------------------------------------- injection
     def fail_next(self, method: str, exc: Exception, times: int = 1) -> None:
         self._faults.setdefault(method, []).extend([exc] * times)
+
+    def compact(self) -> None:
+        """etcd compaction: watching from any version older than now answers 410 Gone."""
+        with self.mutex:
+            self._oldest = self._rv
+            self._events.clear()
+            self._event_rvs.clear()
+
+    def drop_next_watch(self, method: str, after: int) -> None:
+        """The next `method` stream ends after `after` events, without a bookmark."""
+        self._drops.setdefault(method, []).append(after)
+
+    @contextlib.contextmanager
+    def silent(self) -> Iterator[None]:
+        """Changes made inside are never sent to watchers (a missed event)."""
+        with self.mutex:
+            self._silent = True
+            try:
+                yield
+            finally:
+                self._silent = False
+
+    def close_watches(self) -> None:
+        """End every open stream now and make new ones end when caught up."""
+        with self.mutex:
+            self._closed = True
+            self.mutex.notify_all()
 
     def race_next_node_patch(self, name: str, times: int = 1) -> None:
         """Before the next `times` node metadata patches, another writer bumps the node."""
@@ -204,6 +290,9 @@ class FakeKube:
 
     def writes(self) -> list[Call]:
         return [c for c in self.calls if c.verb == "patch"]
+
+    def count(self, verb: str) -> int:
+        return sum(c.verb == verb for c in self.calls)
 
     def agent_calls(self) -> int:
         return len(self.calls)
@@ -276,19 +365,81 @@ class FakeKube:
         args: tuple[Any, ...],
         fn: Callable[[], Any],
     ) -> Any:
-        self.calls.append(Call(method, verb, resource, target))
-        if self.before_call:
-            self.before_call(method, args)
-        faults = self._faults.get(method)
-        if faults:
-            raise faults.pop(0)
-        t0 = time.process_time()
-        payload = json.dumps(fn())  # server side: build and encode the response
-        t1 = time.process_time()
-        self.server_cpu += t1 - t0
-        result = json.loads(payload)  # client side: decoding is the agent's cost
-        self.decode_cpu[method] = self.decode_cpu.get(method, 0.0) + time.process_time() - t1
-        return result
+        with self.mutex:
+            self.calls.append(Call(method, verb, resource, target))
+            if self.before_call:
+                self.before_call(method, args)
+            faults = self._faults.get(method)
+            if faults:
+                raise faults.pop(0)
+            if verb == "watch":
+                return fn()  # a stream: encoding and decoding are timed per event
+            t0 = time.process_time()
+            payload = json.dumps(fn())  # server side: build and encode the response
+            t1 = time.process_time()
+            self.server_cpu += t1 - t0
+            result = json.loads(payload)  # client side: decoding is the agent's cost
+            self.decode_cpu[method] = self.decode_cpu.get(method, 0.0) + time.process_time() - t1
+            return result
+
+    def _list_body(self, items: list[Obj]) -> Obj:
+        return {"items": items, "metadata": {"resourceVersion": str(self._rv)}}
+
+    def _stream(
+        self, method: str, resource: str, selector: str | None, version: str, timeout: float
+    ) -> Iterator[Obj]:
+        drops = self._drops.get(method)
+        drop_after = drops.pop(0) if drops else None
+        deadline = time.monotonic() + timeout
+        return self._events_after(method, resource, selector, int(version), deadline, drop_after)
+
+    def _events_after(
+        self,
+        method: str,
+        resource: str,
+        selector: str | None,
+        last: int,
+        deadline: float,
+        drop_after: int | None,
+    ) -> Iterator[Obj]:
+        sent = 0
+        while True:
+            if drop_after is not None and sent >= drop_after:
+                return  # connection dropped: no bookmark, the client resumes from its version
+            with self.mutex:
+                t0 = time.process_time()
+                payload, end = None, False
+                if last < self._oldest:
+                    status = {"kind": "Status", "code": 410, "reason": "Expired"}
+                    status["message"] = f"too old resource version: {last} ({self._oldest})"
+                    payload, end = json.dumps({"type": "ERROR", "object": status}), True
+                while payload is None:
+                    i = bisect.bisect_right(self._event_rvs, last)
+                    if i == len(self._events):
+                        break
+                    rv, res, kind, prev, cur = self._events[i]
+                    last = rv
+                    shown = _visible(kind, prev, cur, selector) if res == resource else None
+                    if shown:
+                        payload = json.dumps({"type": shown, "object": cur})
+                if payload is None:
+                    if not self._closed and time.monotonic() < deadline:
+                        self.server_cpu += time.process_time() - t0
+                        self.mutex.wait(deadline - time.monotonic())
+                        continue
+                    # caught up: a bookmark tells the client everything up to now was seen
+                    last = self._rv
+                    bookmark = {"metadata": {"resourceVersion": str(last)}}
+                    payload, end = json.dumps({"type": "BOOKMARK", "object": bookmark}), True
+                t1 = time.process_time()
+                self.server_cpu += t1 - t0
+            event = json.loads(payload)  # client side: decoding is the agent's cost
+            self.decode_cpu[method] = self.decode_cpu.get(method, 0.0) + time.process_time() - t1
+            self.events_sent[method] = self.events_sent.get(method, 0) + 1
+            sent += 1
+            yield event
+            if end:
+                return
 
     def _node(self, name: str) -> Obj:
         if name not in self.nodes:
@@ -316,8 +467,20 @@ class FakeKube:
         self._bump(obj)
         return obj
 
-    def list_nodes(self) -> list[Obj]:
-        return self._call("list_nodes", "list", "nodes", "*", (), lambda: list(self.nodes.values()))
+    def list_nodes(self) -> ObjList:
+        nodes = lambda: self._list_body(list(self.nodes.values()))  # noqa: E731
+        body = self._call("list_nodes", "list", "nodes", "*", (), nodes)
+        return ObjList(body["items"], body["metadata"]["resourceVersion"])
+
+    def watch_nodes(self, resource_version: str, timeout_seconds: float) -> Iterator[Obj]:
+        return self._call(
+            "watch_nodes",
+            "watch",
+            "nodes",
+            "*",
+            (resource_version, timeout_seconds),
+            lambda: self._stream("watch_nodes", "nodes", None, resource_version, timeout_seconds),
+        )
 
     def get_node(self, name: str) -> Obj:
         return self._call("get_node", "get", "nodes", name, (name,), lambda: self._node(name))
@@ -345,14 +508,31 @@ class FakeKube:
             "patch_node_status", "patch", "nodes/status", name, (name, json_patch_ops), apply
         )
 
-    def list_pods(self, field_selector: str | None = None) -> list[Obj]:
-        return self._call(
+    def list_pods(self, field_selector: str | None = None) -> ObjList:
+        body = self._call(
             "list_pods",
             "list",
             "pods",
             "*",
             (field_selector,),
-            lambda: [p for p in self.pods.values() if _selector_matches(p, field_selector)],
+            lambda: self._list_body(
+                [p for p in self.pods.values() if _selector_matches(p, field_selector)]
+            ),
+        )
+        return ObjList(body["items"], body["metadata"]["resourceVersion"])
+
+    def watch_pods(
+        self, resource_version: str, timeout_seconds: float, field_selector: str | None = None
+    ) -> Iterator[Obj]:
+        return self._call(
+            "watch_pods",
+            "watch",
+            "pods",
+            "*",
+            (resource_version, timeout_seconds, field_selector),
+            lambda: self._stream(
+                "watch_pods", "pods", field_selector, resource_version, timeout_seconds
+            ),
         )
 
     def get_pod(self, namespace: str, name: str) -> Obj:
