@@ -327,6 +327,30 @@ def _check_management(cfg: LabConfig) -> None:
         )
 
 
+def kind_node_container(cluster_name: str) -> str:
+    """The docker container kind names after the cluster for its single node."""
+    return f"{cluster_name}-control-plane"
+
+
+def _check_node_names(cfg: LabConfig) -> None:
+    """Worker names are docker container names (container mode) and node names: one each."""
+    reserved = kind_node_container(cfg.management_cluster_name)
+    owner: dict[str, int] = {}
+    for index, tenant in enumerate(cfg.tenants):
+        for name in tenant.worker_names:
+            if tenant.worker_mode == "container" and name == reserved:
+                raise ConfigError(
+                    f"tenants[{index}].name",
+                    f"worker {name!r} would take the name of kind's node container",
+                )
+            if name in owner and owner[name] != index:
+                raise ConfigError(
+                    f"tenants[{index}].name",
+                    f"worker {name!r} is also a worker of tenants[{owner[name]}]",
+                )
+            owner[name] = index
+
+
 def _minor(version: str) -> int:
     return int(version.split(".")[1])
 
@@ -344,6 +368,7 @@ def parse_config(raw: Mapping[str, Any]) -> LabConfig:
         raise ConfigError(key, message) from None
     _check_management(cfg)
     _check_tenants(cfg)
+    _check_node_names(cfg)
     # Imported here: netplan depends on this module's models.
     from components.netplan import plan_network
 

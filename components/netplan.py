@@ -15,6 +15,8 @@ from components.config import ConfigError, LabConfig
 DEFAULT_POOL_SIZE = 50
 # Addresses the management node, the gateway and a few spares take in the container range.
 CONTAINER_RESERVE = 4
+# kubeadm's convention, kept by components.tenant.dns_service_ip: the tenth service address.
+DNS_SERVICE_INDEX = 10
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,9 @@ def _pool(cfg: LabConfig, subnet: IPv4Network, containers: IPv4Network) -> tuple
 
 def plan_network(cfg: LabConfig) -> NetworkPlan:
     subnet = _network("subnet", cfg.subnet)
+    if subnet.num_addresses < 4:
+        # Also keeps `network_address + 1` below from overflowing (255.255.255.255/32).
+        raise ConfigError("subnet", f"{subnet} is too small: use a larger subnet (a /24 or more)")
     gateway = _address("gateway", cfg.gateway) if cfg.gateway else subnet.network_address + 1
     if gateway not in subnet or gateway in (subnet.network_address, subnet.broadcast_address):
         raise ConfigError("gateway", f"{gateway} is not a host address of subnet {subnet}")
@@ -131,6 +136,12 @@ def _check_tenant_cidrs(cfg: LabConfig, subnet: IPv4Network) -> None:
                 raise ConfigError(
                     f"tenants[{index}].{key}", f"{net} overlaps the lab subnet {subnet}"
                 )
+        if services.num_addresses <= DNS_SERVICE_INDEX:
+            # components.tenant gives CoreDNS the address at this index of the service range.
+            raise ConfigError(
+                f"tenants[{index}].serviceCidr",
+                f"{services} is too small: CoreDNS takes address #{DNS_SERVICE_INDEX} (use a /28)",
+            )
         if pods.overlaps(services):
             raise ConfigError(
                 f"tenants[{index}].serviceCidr", f"{services} overlaps podCidr {pods}"
