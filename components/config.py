@@ -11,9 +11,10 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -42,6 +43,16 @@ WORKER_IMAGES: dict[str, str] = {"v1.35.0": KIND_NODE_IMAGE}
 SUPPORTED_TENANT_MINORS = range(31, 37)
 
 DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+
+
+def _dns_label(value: str) -> str:
+    if not DNS_LABEL.match(value):
+        raise ValueError("must be a DNS label: lower-case letters, digits and '-'")
+    return value
+
+
+# Names that become namespaces, node names, container and network names.
+DnsLabel = Annotated[str, AfterValidator(_dns_label)]
 K8S_VERSION = re.compile(r"^v1\.(\d+)\.(\d+)$")
 PINNED_NODE_IMAGE = re.compile(r"^[\w./-]*kindest/node:(v1\.\d+\.\d+)@sha256:[0-9a-f]{64}$")
 
@@ -88,24 +99,17 @@ class SchedulerPolicy(_Model):
 class RemoteWorker(_Model):
     """A GPU host reached over SSH (key: the secret `sshPrivateKey`), joined with kubeadm."""
 
-    name: str = Field(min_length=1, max_length=63)
+    name: DnsLabel = Field(min_length=1, max_length=63)
     host: str = Field(min_length=1)
     user: str = "root"
     port: int = Field(default=22, ge=1, le=65535)
-
-    @field_validator("name")
-    @classmethod
-    def _dns_label(cls, value: str) -> str:
-        if not DNS_LABEL.match(value):
-            raise ValueError("must be a DNS label: lower-case letters, digits and '-'")
-        return value
 
 
 GpuMode = Literal["simulated", "nvml-mock", "real"]
 
 
 class TenantConfig(_Model):
-    name: str = Field(min_length=1, max_length=40)
+    name: DnsLabel = Field(min_length=1, max_length=40)
     kubernetes_version: str = "v1.35.0"
     worker_image: str | None = None
     workers: int = Field(default=1, ge=1, le=20)
@@ -120,13 +124,6 @@ class TenantConfig(_Model):
     address: str | None = None
     scheduler_policy: SchedulerPolicy = SchedulerPolicy()
     gpu_quota_mb: int | None = Field(default=None, ge=1)
-
-    @field_validator("name")
-    @classmethod
-    def _dns_label(cls, value: str) -> str:
-        if not DNS_LABEL.match(value):
-            raise ValueError("must be a DNS label: lower-case letters, digits and '-'")
-        return value
 
     @field_validator("kubernetes_version")
     @classmethod
@@ -168,12 +165,12 @@ class LabConfig(_Model):
     management_stack: str = ""
     install_platform: bool = True  # existing mode: install cert-manager, MetalLB and Kamaji
     ssh_private_key: SecretStr = SecretStr("")
-    network_name: str = "kamaji-hami-lab"
+    network_name: DnsLabel = "kamaji-hami-lab"
     subnet: str = "172.30.0.0/16"
     gateway: str = ""
     container_range: str = ""
     pool_range: str = ""
-    management_cluster_name: str = "kamaji-hami-lab"
+    management_cluster_name: DnsLabel = "kamaji-hami-lab"
     management_node_image: str = KIND_NODE_IMAGE
     cert_manager_version: str = "v1.18.3"
     metallb_version: str = "0.15.3"
@@ -191,13 +188,6 @@ class LabConfig(_Model):
     preflight: bool = True
     validate_lab: bool = Field(default=True, alias="validate")
     tenants: tuple[TenantConfig, ...] = Field(min_length=1)
-
-    @field_validator("network_name", "management_cluster_name")
-    @classmethod
-    def _docker_name(cls, value: str) -> str:
-        if not DNS_LABEL.match(value):
-            raise ValueError("must be a DNS label: lower-case letters, digits and '-'")
-        return value
 
     @field_validator("management_node_image")
     @classmethod
