@@ -2,6 +2,8 @@
 VENV  ?= .venv
 PY    := $(VENV)/bin/python
 STACK ?= lab
+# Pulumi.yaml's backend: local files, no account. The directory must exist before first use.
+STATE_DIR := $(HOME)/.pulumi-kamaji-hami-lab
 
 .PHONY: up preview destroy test lint check
 
@@ -15,10 +17,12 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt
 up: $(VENV)/.installed
 	@test -n "$$PULUMI_CONFIG_PASSPHRASE" || { \
 	  echo "set PULUMI_CONFIG_PASSPHRASE (it encrypts the stack's secrets)"; exit 1; }
+	mkdir -p $(STATE_DIR)
 	pulumi stack select --create $(STACK)
 	pulumi up --stack $(STACK) $(ARGS)
 
 preview: $(VENV)/.installed
+	mkdir -p $(STATE_DIR)
 	pulumi preview --stack $(STACK) --diff $(ARGS)
 
 destroy:
