@@ -19,6 +19,7 @@ import argparse
 import gc
 import logging
 import statistics
+import subprocess
 import sys
 import time
 import tracemalloc
@@ -94,12 +95,43 @@ def measure(tenants: int, repeat: int) -> dict[str, Any]:
     }
 
 
+# What one `pulumi preview` pays: a fresh interpreter that imports the SDKs, then evaluates.
+FRESH_RUN = """
+import sys, time
+start = time.perf_counter()
+sys.path[:0] = [{tests!r}, {root!r}, {bench!r}]
+import graph_bench
+from pulumi_harness import run_program
+run_program(graph_bench.lab_config({tenants}))
+print(time.perf_counter() - start)
+"""
+
+
+def fresh_process_seconds(tenants: int, repeat: int) -> float:
+    root = Path(__file__).resolve().parent.parent
+    script = FRESH_RUN.format(
+        tests=str(root / "tests"), root=str(root), bench=str(root / "benchmarks"), tenants=tenants
+    )
+    times = [
+        float(
+            subprocess.run(
+                [sys.executable, "-c", script], capture_output=True, text=True, check=True
+            ).stdout.split()[-1]
+        )
+        for _ in range(repeat)
+    ]
+    return statistics.median(times)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tenants", type=int, nargs="+", default=[1, 2, 10, 50])
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--chain", action="store_true", help="print the longest chain")
     parser.add_argument("--gc-off", action="store_true", help="disable the cyclic GC (diagnosis)")
+    parser.add_argument(
+        "--fresh", action="store_true", help="also time each size in a fresh interpreter"
+    )
     args = parser.parse_args()
     logging.disable(logging.WARNING)  # the mocks log every registration at debug level
     if args.gc_off:
@@ -126,6 +158,13 @@ def main() -> None:
             f"\n50 vs 2 tenants: {ratio:.1f}x the wall time (target < 10x), {build:.1f}x in "
             f"build_lab; longest chain the same: {same}"
         )
+    if args.fresh:
+        fresh = {n: fresh_process_seconds(n, args.repeat) for n in args.tenants}
+        print("\nfresh interpreter (imports + evaluation, as each `pulumi preview` runs it):")
+        for n, seconds in fresh.items():
+            print(f"{n:>7} tenants {seconds:>8.3f} s")
+        if 2 in fresh and 50 in fresh:
+            print(f"50 vs 2 tenants: {fresh[50] / fresh[2]:.1f}x")
     if args.chain:
         for row in rows:
             print(f"\n{row['tenants']} tenants: " + " -> ".join(row["chain"]))
