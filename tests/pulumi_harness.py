@@ -63,6 +63,7 @@ class ProgramRun:
     resources: list[Registration] = field(default_factory=list)
     outputs: dict[str, Any] = field(default_factory=dict)  # stack outputs, resolved
     secret_outputs: set[str] = field(default_factory=set)  # names of secret stack outputs
+    exit_code: int | None = None  # set when the program exited (run_program(allow_exit=True))
 
     def of_type(self, type_: str) -> list[Registration]:
         return [r for r in self.resources if r.type == type_]
@@ -220,7 +221,9 @@ def config_env(config: dict[str, Any]) -> str:
     )
 
 
-def run_program(config: dict[str, Any], *, stack: str = "lab", preview: bool = False) -> ProgramRun:
+def run_program(
+    config: dict[str, Any], *, stack: str = "lab", preview: bool = False, allow_exit: bool = False
+) -> ProgramRun:
     """Runs __main__.py with this stack config and returns what it registered."""
     run = ProgramRun()
     loop = asyncio.new_event_loop()
@@ -240,12 +243,24 @@ def run_program(config: dict[str, Any], *, stack: str = "lab", preview: bool = F
             monitor=RecordingMonitor(mocks, run),
         )
 
+        exits: list[SystemExit] = []
+
         def program() -> None:
-            runpy.run_path(str(PROJECT_DIR / "__main__.py"), run_name="__main__")
+            # The program exits on a config error; re-raised below, once the runtime's task
+            # has finished cleanly (asyncio would otherwise log it as never retrieved).
+            try:
+                runpy.run_path(str(PROJECT_DIR / "__main__.py"), run_name="__main__")
+            except SystemExit as exit_:
+                exits.append(exit_)
 
         pulumi.runtime.mocks._sync_await(  # type: ignore[attr-defined]
             pulumi.runtime.stack.run_pulumi_func(program)
         )
+        if exits and not allow_exit:
+            raise exits[0]
+        if exits:
+            run.exit_code = exits[0].code  # type: ignore[assignment]
+            return run
         _collect_stack_outputs(run)
     finally:
         os.chdir(old_cwd)

@@ -181,6 +181,9 @@ def test_bad_config_registers_nothing():
     with pytest.raises(SystemExit) as info:
         run_program(config)
     assert info.value.code == 1
+    run = run_program(config, allow_exit=True)
+    assert run.exit_code == 1
+    assert run.resources == []
 
 
 def test_switches_leave_out_preflight_and_validation():
