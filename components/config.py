@@ -276,10 +276,16 @@ def _check_workers(cfg: LabConfig, tenant: TenantConfig, key: str) -> None:
 NVML_MOCK_PROFILES = {"A100-40GB": "a100", "H100-80GB": "h100", "L40S": "l40s", "T4": "t4"}
 
 
+def _profile_of(model: str) -> str | None:
+    folded = model.casefold()
+    return next((p for m, p in NVML_MOCK_PROFILES.items() if m.casefold() == folded), None)
+
+
 def nvml_mock_profile(tenant: TenantConfig) -> str:
     """The nvml-mock profile of a tenant's single card model (validated by parse_config)."""
-    model = tenant.gpus[0].model.casefold()
-    return next(p for m, p in NVML_MOCK_PROFILES.items() if m.casefold() == model)
+    profile = _profile_of(tenant.gpus[0].model)
+    assert profile is not None  # parse_config rejects models without a profile
+    return profile
 
 
 def _check_gpu_mode(tenant: TenantConfig, key: str) -> None:
@@ -290,9 +296,7 @@ def _check_gpu_mode(tenant: TenantConfig, key: str) -> None:
         )
     if tenant.gpu_mode != "nvml-mock":
         return
-    models = {gpu.model.casefold() for gpu in tenant.gpus}
-    known = {m.casefold() for m in NVML_MOCK_PROFILES}
-    if len(tenant.gpus) != 1 or not models <= known:
+    if len(tenant.gpus) != 1 or _profile_of(tenant.gpus[0].model) is None:
         raise ConfigError(
             f"{key}.gpus",
             "nvml-mock simulates one card model per node from its profiles: give exactly one "

@@ -6,6 +6,7 @@ shipped in a ConfigMap and run on a stock Python image: no image build, no regis
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from dataclasses import dataclass
@@ -37,8 +38,13 @@ def agent_config(tenant: TenantConfig, split_count: int) -> dict[str, Any]:
     }
 
 
+@functools.cache  # the same files for every tenant: read them once per program run
+def _read_agent_files() -> tuple[tuple[str, str], ...]:
+    return tuple((name, (AGENT_DIR / name).read_text()) for name in gpu_agent.RUNTIME_FILES)
+
+
 def agent_source_files() -> dict[str, str]:
-    return {name: (AGENT_DIR / name).read_text() for name in gpu_agent.RUNTIME_FILES}
+    return dict(_read_agent_files())
 
 
 def _metadata(name: str = NAME) -> dict[str, Any]:
