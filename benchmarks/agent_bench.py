@@ -43,6 +43,15 @@ def scenario(mode: str, nodes: int, pods: int, pad_bytes: int) -> dict[str, floa
     for n in names:
         kube.add_node(n)
     agent = Agent(kube, config)
+
+    def agent_round():
+        """One round of the agent: a full pass (list mode), or read both streams and step."""
+        if mode == "list":
+            return reconcile_once(kube, config)
+        agent.follow("nodes", 0)
+        agent.follow("pods", 0)
+        return agent.step()
+
     agent.step()  # list and register: not part of the per-allocation cost
     agent.follow("nodes", 0)  # the registration's own events
     agent.follow("pods", 0)
@@ -62,12 +71,7 @@ def scenario(mode: str, nodes: int, pods: int, pad_bytes: int) -> dict[str, floa
                 if mine and kube.schedule(ns, name, n) == "bound":
                     break
         s0, t0 = kube.server_cpu, time.process_time()
-        if mode == "list":
-            summary = reconcile_once(kube, config)
-        else:
-            agent.follow("nodes", 0)
-            agent.follow("pods", 0)
-            summary = agent.step()
+        summary = agent_round()
         cpu += time.process_time() - t0
         server += kube.server_cpu - s0
         rounds += 1
@@ -92,16 +96,9 @@ def scenario(mode: str, nodes: int, pods: int, pad_bytes: int) -> dict[str, floa
     # A round with nothing new (the last round's own events are read first). In watch mode
     # that is re-opening both streams to a bookmark, which is in every round above.
     if mode == "watch":
-        agent.follow("nodes", 0)
-        agent.follow("pods", 0)
-        agent.step()
+        agent_round()
     s0, t0 = kube.server_cpu, time.process_time()
-    if mode == "list":
-        idle = reconcile_once(kube, config)
-    else:
-        agent.follow("nodes", 0)
-        agent.follow("pods", 0)
-        idle = agent.step()
+    idle = agent_round()
     result["idle_round_us"] = (time.process_time() - t0 - (kube.server_cpu - s0)) * 1e6
     assert idle.actions == 0
     # A full pass with 100 bound pods and nothing to do: every round in list mode, once per
