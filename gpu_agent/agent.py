@@ -16,7 +16,7 @@ from typing import Any
 
 from . import hami
 from .config import Config
-from .kube import ApiError, AuthError, Conflict, Gone, KubeApi, NotFound, Obj
+from .kube import ApiError, AuthError, Conflict, Gone, KubeApi, NotFound, Obj, Unprocessable
 
 LOG = logging.getLogger("gpu_agent")
 
@@ -101,9 +101,9 @@ class _Pass:
             LOG.info("registered node=%s cards=%d set=%s", name, len(cards), sorted(meta))
 
         total = str(sum(c.count for c in self.config.nodes[name]))
-        ops = _capacity_ops(node.get("status"), total)
-        if ops:
-            self.nodes[name] = self.api.patch_node_status(name, ops)
+        patch = _capacity_patch(node.get("status"), total)
+        if patch:
+            self.nodes[name] = self.api.patch_node_status(name, patch)
             self.s.capacity.append(name)
             LOG.info("set capacity node=%s %s=%s", name, hami.GPU_RESOURCE, total)
 
@@ -125,16 +125,10 @@ class _Pass:
         for _ in range(MAX_CONFLICT_RETRIES):
             if not self.is_candidate(pod):
                 break  # someone else finished or changed it meanwhile
-            patch: dict[str, str] = {hami.BIND_PHASE_ANNOTATION: hami.PHASE_SUCCESS}
-            value = _annotations(pod)[hami.TO_ALLOCATE_ANNOTATION]
-            if hami.needs_allocation(value):
-                patch[hami.TO_ALLOCATE_ANNOTATION] = hami.erase_to_allocate(value)
-            rv = _meta(pod).get("resourceVersion")
-            body = {"metadata": {"annotations": patch, "resourceVersion": rv}}
-            try:  # the precondition keeps us from erasing a newer pod's value
+            try:
                 try:
-                    self.api.patch_pod(ns, name, body)
-                except Conflict:
+                    self.api.patch_pod(ns, name, _completion_patch(pod))
+                except (Unprocessable, Conflict):  # a `test` failed: re-read and re-judge
                     pod = self.api.get_pod(ns, name)
                     continue
             except NotFound:
@@ -192,16 +186,48 @@ class _Pass:
             self.unseen_owner.append(name)
 
 
-def _capacity_ops(status: Obj | None, total: str) -> list[Obj]:
-    # allocatable too: kubelet copies capacity there within ~10 s anyway, and HAMi's
-    # scheduler health check reads allocatable.
-    ops: list[Obj] = [] if status else [{"op": "add", "path": "/status", "value": {}}]
-    for part in ("capacity", "allocatable"):
-        current = (status or {}).get(part)
-        if current is None:
-            ops.append({"op": "add", "path": f"/status/{part}", "value": {}})
-        if current is None or str(current.get(hami.GPU_RESOURCE)) != total:
-            ops.append({"op": "add", "path": f"/status/{part}/nvidia.com~1gpu", "value": total})
+def _capacity_patch(status: Obj | None, total: str) -> Obj | None:
+    """A merge patch of nodes/status setting nvidia.com/gpu, or None when both already match.
+
+    RFC 7386 merges maps: a missing capacity/allocatable map is created and the kubelet's
+    cpu/memory/pods beside it are kept. (A JSON Patch `add` of an empty map replaces one a
+    kubelet wrote a moment earlier.) allocatable too: kubelet copies capacity there within
+    ~10 s anyway, and HAMi's scheduler health check reads allocatable.
+    """
+    wrong = {
+        part: {hami.GPU_RESOURCE: total}
+        for part in ("capacity", "allocatable")
+        if str(((status or {}).get(part) or {}).get(hami.GPU_RESOURCE)) != total
+    }
+    return {"status": wrong} if wrong else None
+
+
+def _annotation_path(key: str) -> str:
+    """RFC 6901 pointer to an annotation: '~' and '/' in the key are escaped."""
+    return "/metadata/annotations/" + key.replace("~", "~0").replace("/", "~1")
+
+
+def _completion_patch(pod: Obj) -> list[Obj]:
+    """JSON Patch that finishes an allocation only if what we judged is still there.
+
+    The `test` ops pin exactly what the decision read (the pod's uid, bind-phase
+    `allocating`, the to-allocate value), so a kubelet status write in between changes
+    nothing, while the scheduler rewriting the allocation makes the server answer 422.
+    A resourceVersion precondition would fail on every such status write.
+    """
+    ann = _annotations(pod)
+    value = ann[hami.TO_ALLOCATE_ANNOTATION]
+    phase_path = _annotation_path(hami.BIND_PHASE_ANNOTATION)
+    value_path = _annotation_path(hami.TO_ALLOCATE_ANNOTATION)
+    uid = _meta(pod).get("uid")
+    ops: list[Obj] = [{"op": "test", "path": "/metadata/uid", "value": uid}] if uid else []
+    ops += [
+        {"op": "test", "path": phase_path, "value": hami.PHASE_ALLOCATING},
+        {"op": "test", "path": value_path, "value": value},
+    ]
+    if hami.needs_allocation(value):
+        ops.append({"op": "replace", "path": value_path, "value": hami.erase_to_allocate(value)})
+    ops.append({"op": "replace", "path": phase_path, "value": hami.PHASE_SUCCESS})
     return ops
 
 

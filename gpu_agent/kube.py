@@ -35,6 +35,10 @@ class NotFound(ApiError):
     """404: the object is gone."""
 
 
+class Unprocessable(ApiError):
+    """422: the server cannot apply the patch, e.g. a JSON Patch `test` op did not match."""
+
+
 class Gone(ApiError):
     """410: the resourceVersion is too old (history compacted); only a fresh LIST helps."""
 
@@ -52,6 +56,8 @@ def error_for(status: int, message: str) -> ApiError:
         return Conflict(status, message)
     if status == 404:
         return NotFound(status, message)
+    if status == 422:
+        return Unprocessable(status, message)
     if status == 410:
         return Gone(status, message)
     if status in (401, 403):
@@ -77,13 +83,13 @@ class KubeApi(Protocol):
     def watch_nodes(self, resource_version: str, timeout_seconds: float) -> Iterator[Obj]: ...
     def get_node(self, name: str) -> Obj: ...
     def patch_node_metadata(self, name: str, merge_patch: Obj) -> Obj: ...
-    def patch_node_status(self, name: str, json_patch: list[Obj]) -> Obj: ...
+    def patch_node_status(self, name: str, merge_patch: Obj) -> Obj: ...
     def list_pods(self, field_selector: str | None = None) -> ObjList: ...
     def watch_pods(
         self, resource_version: str, timeout_seconds: float, field_selector: str | None = None
     ) -> Iterator[Obj]: ...
     def get_pod(self, namespace: str, name: str) -> Obj: ...
-    def patch_pod(self, namespace: str, name: str, merge_patch: Obj) -> Obj: ...
+    def patch_pod(self, namespace: str, name: str, json_patch: list[Obj]) -> Obj: ...
 
 
 # (verb, resource) each KubeApi method needs; the single source of the RBAC rules.
@@ -177,9 +183,9 @@ class HttpKubeApi:
     def patch_node_metadata(self, name: str, merge_patch: Obj) -> Obj:
         return self._request("PATCH", f"/api/v1/nodes/{_q(name)}", merge_patch, MERGE_PATCH)
 
-    def patch_node_status(self, name: str, json_patch: list[Obj]) -> Obj:
+    def patch_node_status(self, name: str, merge_patch: Obj) -> Obj:
         path = f"/api/v1/nodes/{_q(name)}/status"
-        return self._request("PATCH", path, json_patch, JSON_PATCH)
+        return self._request("PATCH", path, merge_patch, MERGE_PATCH)
 
     def list_pods(self, field_selector: str | None = None) -> ObjList:
         query = {"fieldSelector": field_selector} if field_selector else {}
@@ -194,9 +200,9 @@ class HttpKubeApi:
     def get_pod(self, namespace: str, name: str) -> Obj:
         return self._request("GET", f"/api/v1/namespaces/{_q(namespace)}/pods/{_q(name)}")
 
-    def patch_pod(self, namespace: str, name: str, merge_patch: Obj) -> Obj:
+    def patch_pod(self, namespace: str, name: str, json_patch: list[Obj]) -> Obj:
         path = f"/api/v1/namespaces/{_q(namespace)}/pods/{_q(name)}"
-        return self._request("PATCH", path, merge_patch, MERGE_PATCH)
+        return self._request("PATCH", path, json_patch, JSON_PATCH)
 
     # plumbing
     def _list(self, path: str, query: dict[str, str]) -> ObjList:

@@ -11,7 +11,7 @@ import urllib.parse
 import pytest
 
 from gpu_agent import AuthError, Conflict, Gone, HttpKubeApi, NotFound, ObjList, TransientError
-from gpu_agent.kube import ApiError
+from gpu_agent.kube import ApiError, Unprocessable
 
 
 class FakeResponse(io.BytesIO):
@@ -88,27 +88,29 @@ def test_merge_patch_with_precondition():
     assert b'"hami.io/mutex.lock":null' in req.data
 
 
-def test_status_json_patch():
+def test_status_merge_patch():
     client, opener = api({})
-    ops = [{"op": "add", "path": "/status/capacity/nvidia.com~1gpu", "value": "20"}]
-    client.patch_node_status("n1", ops)
+    body = {"status": {"capacity": {"nvidia.com/gpu": "20"}}}
+    client.patch_node_status("n1", body)
     req, _ = opener.requests[0]
     assert (req.get_method(), req.full_url) == (
         "PATCH",
         "https://10.96.0.1:443/api/v1/nodes/n1/status",
     )
-    assert headers(req)["content-type"] == "application/json-patch+json"
-    assert json.loads(req.data) == ops
+    assert headers(req)["content-type"] == "application/merge-patch+json"
+    assert json.loads(req.data) == body
 
 
-def test_pod_paths_are_quoted():
+def test_pod_json_patch_and_quoted_paths():
     client, opener = api({}, {})
     client.get_pod("team-a", "p/1")
-    client.patch_pod("team-a", "p1", {"metadata": {"annotations": {"a": "b"}}})
+    ops = [{"op": "test", "path": "/metadata/annotations/hami.io~1bind-phase", "value": "x"}]
+    client.patch_pod("team-a", "p1", ops)
     assert opener.requests[0][0].full_url.endswith("/api/v1/namespaces/team-a/pods/p%2F1")
     req = opener.requests[1][0]
     assert req.full_url.endswith("/api/v1/namespaces/team-a/pods/p1")
-    assert headers(req)["content-type"] == "application/merge-patch+json"
+    assert headers(req)["content-type"] == "application/json-patch+json"
+    assert json.loads(req.data) == ops
 
 
 def test_list_pods_paginates_with_field_selector():
@@ -154,11 +156,15 @@ def test_http_errors_map_to_classes(code, exc):
     assert info.value.status == code and "the message" in str(info.value)
 
 
-def test_other_4xx_is_plain_api_error():
-    client, _ = api(http_error(422))
+def test_422_is_unprocessable_and_other_4xx_plain_api_errors():
+    """A failed JSON Patch `test` op is 422 (kube-apiserver patch.go), its own class."""
+    client, _ = api(http_error(422, "testing value failed"), http_error(400))
+    with pytest.raises(Unprocessable, match="testing value failed") as info:
+        client.patch_pod("a", "b", [])
+    assert info.value.status == 422
     with pytest.raises(ApiError) as info:
-        client.patch_pod("a", "b", {})
-    assert type(info.value) is ApiError
+        client.get_pod("a", "b")
+    assert type(info.value) is ApiError and info.value.status == 400
 
 
 @pytest.mark.parametrize(

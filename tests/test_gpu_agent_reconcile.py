@@ -15,7 +15,8 @@ from gpu_agent import (
     reconcile_once,
     run,
 )
-from gpu_agent.agent import EXIT_AUTH, EXIT_OK
+from gpu_agent import agent as agent_module
+from gpu_agent.agent import EXIT_AUTH, EXIT_BUG, EXIT_OK
 from tests.fakes.fake_kube import FakeKube
 
 A100 = {"type": "NVIDIA A100-SXM4-80GB", "devmem": 81920, "devcore": 100}
@@ -219,19 +220,97 @@ def test_endless_conflicts_are_bounded_and_converge_later(kube, config):
     assert s.released == [f"{NODE} team-a/p1 owner-allocated"]
 
 
-def test_pod_conflict_rereads_pod(kube, config):
+@pytest.mark.upstream("k8s-json-patch-test-op-422")
+def test_kubelet_status_write_before_the_pod_patch_costs_no_retry(kube, config):
+    """D3: the kubelet writes pod status right after the Binding, while the agent acts on the
+    bind event. The patch tests only the annotations it judged, so it still lands at once
+    (a resourceVersion precondition made this a 409, a GET and a second PATCH)."""
     registered(kube, config)
     bind_one(kube, "p1")
 
-    def kubelet_touches_pod(method, args):
-        if method == "patch_pod" and kube.before_call:
+    def kubelet_writes_status(method, args):
+        if method == "patch_pod":
             kube.before_call = None
             kube.set_pod_phase("team-a", "p1", "Running")
 
-    kube.before_call = kubelet_touches_pod
+    kube.before_call = kubelet_writes_status
     s = reconcile_once(kube, config)
-    assert [c.method for c in kube.calls][2:5] == ["patch_pod", "get_pod", "patch_pod"]
+    assert [c.method for c in kube.calls] == [
+        "list_nodes",
+        "list_pods",
+        "patch_pod",
+        "patch_node_metadata",
+    ]
     assert s.completed == ["team-a/p1"] and kube.lock(NODE) is None
+    assert kube.pods[("team-a", "p1")]["status"]["phase"] == "Running"
+    assert kube.pod_annotations("team-a", "p1")["hami.io/bind-phase"] == "success"
+
+
+@pytest.mark.upstream("k8s-json-patch-test-op-422")
+def test_bind_phase_change_before_the_pod_patch_is_not_overwritten(kube, config):
+    """D3: the scheduler's Bind failure path sets bind-phase `failed` between the agent's read
+    and its patch: the `test` op fails (422), the agent re-reads and leaves the pod alone."""
+    registered(kube, config)
+    bind_one(kube, "p1")
+
+    def scheduler_fails_the_bind(method, args):
+        if method == "patch_pod":
+            kube.before_call = None
+            kube.pods[("team-a", "p1")]["metadata"]["annotations"]["hami.io/bind-phase"] = "failed"
+            kube._bump(kube.pods[("team-a", "p1")])
+
+    kube.before_call = scheduler_fails_the_bind
+    s = reconcile_once(kube, config)
+    assert [c.method for c in kube.calls][2:4] == ["patch_pod", "get_pod"]
+    assert kube.count("patch") == 2  # the rejected pod patch and the lock release
+    ann = kube.pod_annotations("team-a", "p1")
+    assert ann["hami.io/bind-phase"] == "failed"
+    assert "NVIDIA" in ann["hami.io/vgpu-devices-to-allocate"]
+    assert s.completed == [] and not s.errors
+    assert s.released == [f"{NODE} team-a/p1 allocated"]
+
+
+@pytest.mark.upstream("k8s-status-merge-patch-keeps-siblings")
+def test_capacity_write_keeps_kubelet_resources_on_a_node_without_status(config):
+    """D1: a Node created before its kubelet wrote status is listed with no status; the
+    kubelet writes cpu/memory/pods just before the agent's capacity write. A JSON Patch
+    `add /status {}` replaced that status; the merge patch adds nvidia.com/gpu beside it."""
+    kube = FakeKube()
+    kube.add_node(NODE, status=False)
+    kube.add_node("tenant-b-w")
+
+    def kubelet_first(method, args):
+        if method == "patch_node_status" and args[0] == NODE:
+            kube.before_call = None
+            kube.kubelet_status_write(NODE)
+
+    kube.before_call = kubelet_first
+    s = reconcile_once(kube, config)
+    status = kube.nodes[NODE]["status"]
+    for part in ("capacity", "allocatable"):
+        assert status[part] == {
+            "cpu": "4",
+            "memory": "16310856Ki",
+            "pods": "110",
+            "nvidia.com/gpu": "14",
+        }
+    assert NODE in s.capacity and not s.errors
+
+
+def test_capacity_patch_sets_only_the_gpu_count():
+    """D1: the status body names nvidia.com/gpu alone, so it can never drop a sibling."""
+    status = {"capacity": {"cpu": "4", "nvidia.com/gpu": "0"}, "allocatable": {"cpu": "4"}}
+    assert agent_module._capacity_patch(status, "14") == {
+        "status": {
+            "capacity": {"nvidia.com/gpu": "14"},
+            "allocatable": {"nvidia.com/gpu": "14"},
+        }
+    }
+    assert agent_module._capacity_patch(None, "2") == {
+        "status": {"capacity": {"nvidia.com/gpu": "2"}, "allocatable": {"nvidia.com/gpu": "2"}}
+    }
+    done = {"capacity": {"nvidia.com/gpu": "14"}, "allocatable": {"nvidia.com/gpu": "14"}}
+    assert agent_module._capacity_patch(done, "14") is None
 
 
 def test_pod_deleted_before_pass_frees_lock(kube, config):
@@ -319,12 +398,19 @@ def test_patch_bodies_only_touch_owned_keys(kube, config):
     kube.before_call = spy
     bind_one(kube, "p1")
     reconcile_once(kube, config)
-    pod_body = next(b for m, b in bodies if m == "patch_pod")
-    assert set(pod_body["metadata"]["annotations"]) == {
-        "hami.io/bind-phase",
-        "hami.io/vgpu-devices-to-allocate",
-    }
-    assert "resourceVersion" in pod_body["metadata"]
+    pod_ops = next(b for m, b in bodies if m == "patch_pod")
+    uid = kube.pods[("team-a", "p1")]["metadata"]["uid"]
+    allocate = "/metadata/annotations/hami.io~1vgpu-devices-to-allocate"
+    phase = "/metadata/annotations/hami.io~1bind-phase"
+    value = next(op["value"] for op in pod_ops if op["op"] == "test" and op["path"] == allocate)
+    assert "NVIDIA" in value
+    assert pod_ops == [
+        {"op": "test", "path": "/metadata/uid", "value": uid},
+        {"op": "test", "path": phase, "value": "allocating"},
+        {"op": "test", "path": allocate, "value": value},
+        {"op": "replace", "path": allocate, "value": ";;"},
+        {"op": "replace", "path": phase, "value": "success"},
+    ]
     node_body = next(b for m, b in bodies if m == "patch_node_metadata")
     assert node_body["metadata"]["annotations"] == {"hami.io/mutex.lock": None}
     assert node_body["metadata"]["resourceVersion"]
@@ -335,7 +421,8 @@ def test_unconfigured_node_is_never_touched(kube, config):
     kube.nodes["mgmt-control-plane"]["metadata"]["annotations"]["hami.io/node-nvidia-register"] = (
         json.dumps([{"id": "GPU-x", "count": 1, "devmem": 1, "devcore": 100, "type": "NVIDIA X"}])
     )
-    kube.nodes["mgmt-control-plane"]["status"]["capacity"]["nvidia.com/gpu"] = "1"
+    for part in ("capacity", "allocatable"):
+        kube.nodes["mgmt-control-plane"]["status"][part]["nvidia.com/gpu"] = "1"
     assert kube.schedule("ops", "gpu-on-mgmt", "mgmt-control-plane") == "bound"
     lock = kube.lock("mgmt-control-plane")
     kube.delete_pod("ops", "gpu-on-mgmt")  # even an orphaned lock there is not ours
@@ -399,4 +486,4 @@ def test_auth_error_mid_pass_exits_non_zero(kube, config):
 
 def test_unexpected_exception_exits_non_zero(kube, config):
     kube.fail_next("list_pods", RuntimeError("bug"))
-    assert run(kube, config, threading.Event()) != 0
+    assert run(kube, config, threading.Event()) == EXIT_BUG

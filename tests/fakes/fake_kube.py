@@ -31,11 +31,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from gpu_agent.kube import ApiError, Conflict, NotFound, ObjList
+from gpu_agent.kube import ApiError, Conflict, NotFound, ObjList, error_for
 
 Obj = dict[str, Any]
 LOCK = "hami.io/mutex.lock"
 LOCK_EXPIRE_SECONDS = 300
+KUBELET_CAPACITY = {"cpu": "4", "memory": "16310856Ki", "pods": "110"}
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,8 @@ class Call:
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch."""
+    """RFC 7386 JSON merge patch: maps merge, null deletes a member, anything else
+    (lists included) replaces the target's value."""
     if not isinstance(patch, dict):
         return patch
     out = dict(target) if isinstance(target, dict) else {}
@@ -59,29 +61,118 @@ def merge_patch(target: Any, patch: Any) -> Any:
     return out
 
 
+class _PatchFailed(Exception):
+    """One RFC 6902 operation cannot be applied; the server answers 422 for the patch."""
+
+
 def _pointer(path: str) -> list[str]:
-    return [p.replace("~1", "/").replace("~0", "~") for p in path.split("/")[1:]]
+    """RFC 6901: '' is the whole document, else '/'-separated tokens with ~1 and ~0 escaped."""
+    if path == "":
+        return []
+    if not path.startswith("/"):
+        raise _PatchFailed(f"bad JSON pointer {path!r}")
+    return [t.replace("~1", "/").replace("~0", "~") for t in path[1:].split("/")]
 
 
-def json_patch(obj: Obj, ops: list[Obj]) -> Obj:
-    """RFC 6902 subset (add/replace/remove/test) on a copy; 422 like the server on failure."""
-    doc = json.loads(json.dumps(obj))
-    for op in ops:
-        *parents, leaf = _pointer(op["path"])
-        cur = doc
-        for part in parents:
-            if not isinstance(cur, dict) or part not in cur:
-                raise ApiError(422, f"path {op['path']} does not exist")
-            cur = cur[part]
-        kind = op["op"]
-        if kind == "add" or (kind == "replace" and leaf in cur):
-            cur[leaf] = op["value"]
-        elif kind == "remove" and leaf in cur:
-            del cur[leaf]
-        elif kind == "test" and cur.get(leaf) == op["value"]:
-            pass
+def _index(container: list[Any], token: str, *, append_ok: bool) -> int:
+    if token == "-" and append_ok:
+        return len(container)
+    if not token.isdigit() or (token != "0" and token.startswith("0")):
+        raise _PatchFailed(f"bad array index {token!r}")
+    i, limit = int(token), len(container) + (1 if append_ok else 0)
+    if i >= limit:
+        raise _PatchFailed(f"array index {i} out of range")
+    return i
+
+
+def _parent(doc: Any, tokens: list[str]) -> Any:
+    cur = doc
+    for token in tokens:
+        if isinstance(cur, dict) and token in cur:
+            cur = cur[token]
+        elif isinstance(cur, list):
+            cur = cur[_index(cur, token, append_ok=False)]
         else:
-            raise ApiError(422, f"json patch op {op} failed")
+            raise _PatchFailed(f"path /{'/'.join(tokens)} does not exist")
+    return cur
+
+
+def _get(doc: Any, tokens: list[str]) -> Any:
+    if not tokens:
+        return doc
+    parent, leaf = _parent(doc, tokens[:-1]), tokens[-1]
+    if isinstance(parent, dict) and leaf in parent:
+        return parent[leaf]
+    if isinstance(parent, list):
+        return parent[_index(parent, leaf, append_ok=False)]
+    raise _PatchFailed(f"member {leaf!r} does not exist")
+
+
+def _add(doc: Any, tokens: list[str], value: Any) -> Any:
+    """RFC 6902 4.1: an object member is added or, if it exists, replaced."""
+    if not tokens:
+        return value
+    parent, leaf = _parent(doc, tokens[:-1]), tokens[-1]
+    if isinstance(parent, dict):
+        parent[leaf] = value
+    elif isinstance(parent, list):
+        parent.insert(_index(parent, leaf, append_ok=True), value)
+    else:
+        raise _PatchFailed(f"cannot add {leaf!r} to a {type(parent).__name__}")
+    return doc
+
+
+def _remove(doc: Any, tokens: list[str]) -> Any:
+    if not tokens:
+        raise _PatchFailed("cannot remove the whole document")
+    _get(doc, tokens)  # must exist
+    parent, leaf = _parent(doc, tokens[:-1]), tokens[-1]
+    if isinstance(parent, dict):
+        del parent[leaf]
+    else:
+        del parent[_index(parent, leaf, append_ok=False)]
+    return doc
+
+
+def _json_equal(a: Any, b: Any) -> bool:
+    """RFC 6902 4.6: same JSON type and value (so true is not 1)."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_json_equal(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(map(_json_equal, a, b))
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return a == b
+    return type(a) is type(b) and a == b
+
+
+def json_patch(obj: Any, ops: list[Obj]) -> Any:
+    """RFC 6902 on a copy: every op or none. Like kube-apiserver, a failed op (a `test`
+    that does not match, a missing path) makes the whole patch fail with 422."""
+    doc = json.loads(json.dumps(obj))
+    try:
+        for op in ops:
+            kind, tokens = op.get("op"), _pointer(op.get("path", ""))
+            if kind == "add":
+                doc = _add(doc, tokens, op["value"])
+            elif kind == "remove":
+                doc = _remove(doc, tokens)
+            elif kind == "replace":
+                doc = _add(_remove(doc, tokens), tokens, op["value"])
+            elif kind in ("move", "copy"):
+                source = _pointer(op["from"])
+                value = json.loads(json.dumps(_get(doc, source)))
+                if kind == "move":
+                    doc = _remove(doc, source)
+                doc = _add(doc, tokens, value)
+            elif kind == "test":
+                if not _json_equal(_get(doc, tokens), op["value"]):
+                    raise _PatchFailed(f"testing value {op['path']} failed")
+            else:
+                raise _PatchFailed(f"unknown op {kind!r}")
+    except _PatchFailed as exc:
+        raise error_for(422, str(exc)) from None
     return doc
 
 
@@ -165,17 +256,27 @@ class FakeKube:
             obj["metadata"]["resourceVersion"] = str(self._rv)
             self._log(obj, deleted=True)
 
-    def add_node(self, name: str, **annotations: str) -> Obj:
-        node = {
-            "metadata": {"name": name, "labels": {}, "annotations": dict(annotations)},
-            "status": {
-                "capacity": {"cpu": "4", "pods": "110"},
-                "allocatable": {"cpu": "4", "pods": "110"},
-            },
-        }
+    def add_node(self, name: str, *, status: bool = True, **annotations: str) -> Obj:
+        """A node as its kubelet registers it; status=False: a pre-created object, whose
+        kubelet has not written its status yet (see kubelet_status_write)."""
+        node: Obj = {"metadata": {"name": name, "labels": {}, "annotations": dict(annotations)}}
+        if status:
+            node["status"] = {
+                "capacity": dict(KUBELET_CAPACITY),
+                "allocatable": dict(KUBELET_CAPACITY),
+            }
         self._bump(node)
         self.nodes[name] = node
         return node
+
+    def kubelet_status_write(self, name: str) -> None:
+        """The kubelet's status update: it sets the resources it owns, keeps the others."""
+        node = self.nodes[name]
+        node["status"] = merge_patch(
+            node.get("status"),
+            {"capacity": KUBELET_CAPACITY, "allocatable": KUBELET_CAPACITY},
+        )
+        self._bump(node)
 
     def add_pod(
         self, ns: str, name: str, *, mem: int = 1024, cores: int = 10, containers: int = 1
@@ -304,7 +405,9 @@ class FakeKube:
         node = self.nodes[node_name]
         ann = node["metadata"]["annotations"]
         register = ann.get("hami.io/node-nvidia-register")
-        if not register or int(node["status"]["capacity"].get("nvidia.com/gpu", "0")) == 0:
+        allocatable = (node.get("status") or {}).get("allocatable") or {}
+        # NvidiaGPUDevices.CheckHealth reads allocatable; HAMi Filter needs the annotation.
+        if not register or int(allocatable.get("nvidia.com/gpu", "0")) == 0:
             return "no registered GPUs"
         cards = json.loads(register)
         # Filter: record the choice on the pod (kept even when Bind then fails).
@@ -451,19 +554,31 @@ class FakeKube:
             raise NotFound(404, f'pods "{name}" not found')
         return self.pods[(ns, name)]
 
-    def _merge(self, obj: Obj, patch: Obj) -> Obj:
-        patch = json.loads(json.dumps(patch))
-        meta = patch.get("metadata") or {}
-        want_rv = meta.pop("resourceVersion", None)
-        if want_rv is not None and want_rv != obj["metadata"]["resourceVersion"]:
-            raise Conflict(
-                409,
-                "the object has been modified; please apply your changes "
-                "to the latest version and try again",
-            )
-        if set(patch) - {"metadata"} or set(meta) - {"annotations", "labels"}:
-            raise ApiError(422, f"fake only supports metadata annotation/label patches: {patch}")
-        obj["metadata"] = merge_patch(obj["metadata"], meta)
+    def _patch(self, obj: Obj, body: Obj | list[Obj], writable: str) -> Obj:
+        """PATCH as kube-apiserver applies it to the latest object: a list is a JSON Patch
+        (RFC 6902, application/json-patch+json), a dict a merge patch (RFC 7386,
+        application/merge-patch+json) whose metadata.resourceVersion is a precondition.
+        Only the `writable` part may change (metadata here; status on nodes/status)."""
+        if isinstance(body, list):
+            patched = json_patch(obj, body)
+        else:
+            want_rv = (body.get("metadata") or {}).get("resourceVersion")
+            if want_rv is not None and want_rv != obj["metadata"]["resourceVersion"]:
+                raise Conflict(
+                    409,
+                    "the object has been modified; please apply your changes "
+                    "to the latest version and try again",
+                )
+            patched = merge_patch(obj, json.loads(json.dumps(body)))
+        if writable == "metadata":
+            patched["metadata"]["resourceVersion"] = obj["metadata"]["resourceVersion"]
+        changed = {k for k in set(obj) | set(patched) if obj.get(k) != patched.get(k)}
+        if changed - {writable}:
+            raise ApiError(422, f"fake: only {writable} may change, not {sorted(changed)}")
+        if writable in patched:
+            obj[writable] = patched[writable]
+        else:
+            obj.pop(writable, None)
         self._bump(obj)
         return obj
 
@@ -491,21 +606,18 @@ class FakeKube:
             if self._racers.get(name):
                 self._racers[name] -= 1
                 self.foreign_node_write(name, **{"fake/heartbeat": str(self._rv)})
-            return self._merge(node, merge_patch)
+            return self._patch(node, merge_patch, "metadata")
 
         return self._call("patch_node_metadata", "patch", "nodes", name, (name, merge_patch), apply)
 
-    def patch_node_status(self, name: str, json_patch_ops: list[Obj]) -> Obj:
-        def apply() -> Obj:
-            node = self._node(name)
-            if any(not op["path"].startswith("/status") for op in json_patch_ops):
-                raise ApiError(422, "status subresource: only /status may change")
-            self.nodes[name] = json_patch(node, json_patch_ops)
-            self._bump(self.nodes[name])
-            return self.nodes[name]
-
+    def patch_node_status(self, name: str, patch: Obj | list[Obj]) -> Obj:
         return self._call(
-            "patch_node_status", "patch", "nodes/status", name, (name, json_patch_ops), apply
+            "patch_node_status",
+            "patch",
+            "nodes/status",
+            name,
+            (name, patch),
+            lambda: self._patch(self._node(name), patch, "status"),
         )
 
     def list_pods(self, field_selector: str | None = None) -> ObjList:
@@ -545,12 +657,12 @@ class FakeKube:
             lambda: self._pod(namespace, name),
         )
 
-    def patch_pod(self, namespace: str, name: str, merge_patch: Obj) -> Obj:
+    def patch_pod(self, namespace: str, name: str, patch: Obj | list[Obj]) -> Obj:
         return self._call(
             "patch_pod",
             "patch",
             "pods",
             f"{namespace}/{name}",
-            (namespace, name, merge_patch),
-            lambda: self._merge(self._pod(namespace, name), merge_patch),
+            (namespace, name, patch),
+            lambda: self._patch(self._pod(namespace, name), patch, "metadata"),
         )
