@@ -231,6 +231,23 @@ def _completion_patch(pod: Obj) -> list[Obj]:
     return ops
 
 
+def _older(event_obj: Obj, cached: Obj | None) -> bool:
+    """True when a watch event shows an object older than the cached copy.
+
+    The cache also takes the responses to our own PATCHes, so the echo of an earlier write
+    can arrive after a later one and would roll the cache back (D2). resourceVersions are
+    compared as integers: Kubernetes v1.35 makes them comparable within one resource type
+    (KEP-5504; with etcd they are its modification revisions). A value that is not an
+    integer (another storage) is never judged older, which is the behaviour before.
+    """
+    if cached is None:
+        return False
+    try:
+        return int(_meta(event_obj)["resourceVersion"]) <= int(_meta(cached)["resourceVersion"])
+    except (KeyError, TypeError, ValueError):
+        return False
+
+
 def _stale_reason(pod: Obj | None, node: str) -> str | None:
     """Why a lock held by `pod` on `node` can go, or None when its owner may still need it."""
     if pod is None:
@@ -391,7 +408,7 @@ class Agent:
             return  # BOOKMARK: only the version moves
         if resource == "nodes":
             name = _meta(obj).get("name")
-            if name not in self.config.nodes:
+            if name not in self.config.nodes or _older(obj, self.nodes.get(name)):
                 return
             if kind == "DELETED":
                 self.nodes.pop(name, None)
@@ -404,6 +421,8 @@ class Agent:
             self.dirty_nodes[name] = None
         else:
             key = _pod_key(obj)
+            if _older(obj, self.pods.get(key)):
+                return
             if kind == "DELETED":  # deleted, or finished (it left the field selector)
                 self.pods.pop(key, None)
                 self.gone.add(key)

@@ -9,6 +9,7 @@ import time
 import pytest
 
 from gpu_agent import Agent, AuthError, Gone, TransientError, parse_config, run
+from gpu_agent import agent as agent_module
 from gpu_agent.agent import EXIT_AUTH, EXIT_OK
 from tests.fakes.fake_kube import FakeKube
 
@@ -132,6 +133,51 @@ def test_node_events_repair_registration_without_relisting(kube, agent):
     s = drain(agent)
     assert s.registered == s.capacity == [OTHER]
     assert kube.count("list") == 0
+
+
+@pytest.mark.upstream("k8s-resource-version-comparable")
+def test_echo_of_an_earlier_write_does_not_roll_the_cache_back(kube, config, clock):
+    """D2: registering a node is a metadata patch, then a status patch; the cache holds the
+    status patch's response. If the main loop judges right after the metadata patch's echo
+    (older, without the capacity), it must not take that echo and write the capacity again."""
+    a = Agent(kube, config, clock)
+    assert a.step().capacity == [NODE, OTHER]
+    writes = len(kube.writes())
+    kube.drop_next_watch("watch_nodes", after=1)  # the loop wakes after the first event
+    assert a.follow("nodes", 0) == 1
+    assert a.step().actions == 0
+    assert drain(a).actions == 0
+    assert len(kube.writes()) == writes == 4
+    assert a.nodes[NODE]["status"]["capacity"]["nvidia.com/gpu"] == "10"
+
+
+@pytest.mark.upstream("k8s-resource-version-comparable")
+@pytest.mark.parametrize(
+    ("event_rv", "cached_rv", "older"),
+    [
+        ("1009", "1010", True),
+        ("1010", "1010", True),  # the echo of exactly what we hold
+        ("1011", "1010", False),
+        ("999", "1000", True),  # numerically, not as text
+        ("1000", "999", False),
+        ("opaque-b", "opaque-a", False),  # not an integer: accept, as before
+        ("1011", None, False),
+    ],
+)
+def test_older_compares_resource_versions_as_integers(event_rv, cached_rv, older):
+    event = {"metadata": {"resourceVersion": event_rv}}
+    cached = None if cached_rv is None else {"metadata": {"resourceVersion": cached_rv}}
+    assert agent_module._older(event, cached) is older
+
+
+def test_a_newer_node_event_replaces_the_cache(kube, agent, clock):
+    """D2, the other way: a foreign write newer than our cache is taken and judged."""
+    lock = kube.lock_value("team-a", "gone")
+    kube.foreign_node_write(NODE, **{"hami.io/mutex.lock": lock})
+    assert drain(agent).actions == 0  # an unseen owner is given resyncSeconds to bind
+    assert agent.nodes[NODE]["metadata"]["annotations"]["hami.io/mutex.lock"] == lock
+    clock.advance(RESYNC)
+    assert agent.step().released == [f"{NODE} team-a/gone owner-gone"]
 
 
 def test_error_410_event_triggers_relist_and_converges(kube, agent, clock):
