@@ -25,6 +25,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from components.gpu_models import KNOWN_GPU_MODELS, GpuModel, lookup_model
+from components.kamaji_chart import kamaji_source
 
 PROJECT = "kamaji-hami-lab"
 
@@ -174,7 +175,7 @@ class LabConfig(_Model):
     management_node_image: str = KIND_NODE_IMAGE
     cert_manager_version: str = "v1.18.3"
     metallb_version: str = "0.15.3"
-    kamaji_chart_version: str = "0.0.0+latest"
+    # Kamaji's charts come from this tag's commit (components/kamaji_chart.py).
     kamaji_image_tag: str = "26.8.2-edge"
     kamaji_etcd_replicas: int = Field(default=1, ge=1, le=5)
     kamaji_etcd_volume_size: str = "2Gi"
@@ -194,6 +195,12 @@ class LabConfig(_Model):
     def _pinned(cls, value: str) -> str:
         if not PINNED_NODE_IMAGE.match(value):
             raise ValueError("must be a kindest/node image pinned by digest (…:v1.35.0@sha256:…)")
+        return value
+
+    @field_validator("kamaji_image_tag")
+    @classmethod
+    def _chart_source_pinned(cls, value: str) -> str:
+        kamaji_source(value)  # the charts are fetched from this tag's pinned commit
         return value
 
     @field_validator("hami_node_lock_timeout")

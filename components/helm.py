@@ -1,4 +1,4 @@
-"""Helm releases pinned to a chart version, the way every component installs upstream charts."""
+"""Helm releases of pinned charts, the way every component installs upstream charts."""
 
 from __future__ import annotations
 
@@ -8,6 +8,37 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 RELEASE_TIMEOUT_SECONDS = 600
+
+
+def _release(
+    resource_name: str,
+    *,
+    release_name: str,
+    chart: pulumi.Input[str],
+    version: str | None,
+    repository_opts: k8s.helm.v3.RepositoryOptsArgs | None,
+    namespace: str,
+    values: dict[str, Any],
+    opts: pulumi.ResourceOptions,
+    create_namespace: bool,
+    skip_crds: bool,
+) -> k8s.helm.v3.Release:
+    """A Helm release that waits for its workloads, with a fixed name so objects are predictable."""
+    return k8s.helm.v3.Release(
+        resource_name,
+        name=release_name,
+        chart=chart,
+        version=version,
+        repository_opts=repository_opts,
+        namespace=namespace,
+        create_namespace=create_namespace,
+        values=values,
+        skip_crds=skip_crds or None,  # unset unless asked: a `false` would diff old releases
+        timeout=RELEASE_TIMEOUT_SECONDS,
+        # A failed install rolls back instead of leaving a half-installed chart behind.
+        atomic=True,
+        opts=opts,
+    )
 
 
 def pinned_release(
@@ -22,19 +53,41 @@ def pinned_release(
     release_name: str | None = None,
     create_namespace: bool = True,
 ) -> k8s.helm.v3.Release:
-    """A Helm release that waits for its workloads, with a fixed name so objects are predictable."""
-    return k8s.helm.v3.Release(
+    """A chart from a repository (or `oci://…` when repo is None) at a fixed version."""
+    return _release(
         resource_name,
-        name=release_name or chart,
+        release_name=release_name or chart,
         chart=chart,
         version=version,
-        # None for an OCI chart (`oci://…`), which names its registry itself.
         repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=repo) if repo else None,
         namespace=namespace,
-        create_namespace=create_namespace,
         values=values,
-        timeout=RELEASE_TIMEOUT_SECONDS,
-        # A failed install rolls back instead of leaving a half-installed chart behind.
-        atomic=True,
         opts=opts,
+        create_namespace=create_namespace,
+        skip_crds=False,
+    )
+
+
+def local_chart_release(
+    resource_name: str,
+    *,
+    chart_dir: pulumi.Input[str],
+    release_name: str,
+    namespace: str,
+    values: dict[str, Any],
+    opts: pulumi.ResourceOptions,
+    skip_crds: bool = False,
+) -> k8s.helm.v3.Release:
+    """A chart directory on the host, pinned by whatever put it there (a git commit)."""
+    return _release(
+        resource_name,
+        release_name=release_name,
+        chart=chart_dir,
+        version=None,
+        repository_opts=None,
+        namespace=namespace,
+        values=values,
+        opts=opts,
+        create_namespace=True,
+        skip_crds=skip_crds,
     )

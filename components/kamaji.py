@@ -1,24 +1,45 @@
-"""cert-manager, then Kamaji with its bundled single-member etcd, sized for a small host."""
+"""cert-manager, then Kamaji's CRDs and Kamaji with its bundled single-member etcd.
+
+Kamaji's charts come from the git tag of the image that runs (components/kamaji_chart.py).
+The CRDs are their own release of the tag's `kamaji-crds` chart: Helm installs a chart's
+`crds/` once and never upgrades them, so with the CRDs inside the Kamaji release a later
+`kamajiImageTag` would run a new controller on old CRDs.
+"""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pulumi
+import pulumi_command as command
 import pulumi_kubernetes as k8s
 
-from components.helm import pinned_release
+from components.helm import local_chart_release, pinned_release
+from components.kamaji_chart import chart_fetch_script, fetch_environment, kamaji_source
 
 # Kamaji's CRD CA injection is hard-wired to kamaji-system/kamaji-serving-cert.
 KAMAJI_NAMESPACE = "kamaji-system"
+KAMAJI_RELEASE = "kamaji"  # the chart names its objects after the release: kamaji-serving-cert
 DATASTORE = "default"
+# Small requests so it fits next to the tenant control planes, and limits above the chart's
+# (cpu 200m, memory 100Mi), which Helm keeps for any key these values do not set.
+KAMAJI_RESOURCES = {
+    "requests": {"cpu": "50m", "memory": "64Mi"},
+    "limits": {"cpu": "1", "memory": "512Mi"},
+}
+# etcd needs room for its WAL and snapshots on the same volume, so its quota alarm must fire
+# well before the volume is full (kind's local-path volumes do not enforce their size).
+ETCD_QUOTA_SHARE = 0.75
+_QUANTITY = re.compile(r"^([1-9][0-9]*)(Mi|Gi|Ti)$")
+_BINARY_UNITS = {"Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
 
 
 @dataclass(frozen=True)
 class KamajiArgs:
     cert_manager_version: str
-    chart_version: str
     image_tag: str
     etcd_replicas: int
     etcd_volume_size: str
@@ -29,11 +50,32 @@ def cert_manager_values() -> dict[str, Any]:
     return {"crds": {"enabled": True}}
 
 
+def quantity_bytes(quantity: str) -> int:
+    """A Kubernetes binary quantity such as `2Gi`, in bytes."""
+    match = _QUANTITY.match(quantity)
+    if not match:
+        raise ValueError(f"kamajiEtcdVolumeSize: {quantity!r} is not a size such as 512Mi or 2Gi")
+    return int(match.group(1)) * _BINARY_UNITS[match.group(2)]
+
+
+def etcd_quota_bytes(volume_size: str) -> int:
+    return int(quantity_bytes(volume_size) * ETCD_QUOTA_SHARE)
+
+
+def crds_values() -> dict[str, Any]:
+    """Where the CRDs' conversion webhook and cert-manager CA injection point."""
+    return {
+        "kamajiNamespace": KAMAJI_NAMESPACE,
+        "kamajiService": f"{KAMAJI_RELEASE}-webhook-service",
+        "kamajiCertificateName": f"{KAMAJI_RELEASE}-serving-cert",
+    }
+
+
 def kamaji_values(image_tag: str, etcd_replicas: int, etcd_volume_size: str) -> dict[str, Any]:
     return {
-        "image": {"tag": image_tag},
-        # As in Kamaji's kind guide: no requests, so it fits next to the tenant control planes.
-        "resources": None,
+        # The tag is pinned, so a restart never needs Docker Hub (the chart says Always).
+        "image": {"tag": image_tag, "pullPolicy": "IfNotPresent"},
+        "resources": KAMAJI_RESOURCES,
         "telemetry": {"disabled": True},
         "defaultDatastoreName": DATASTORE,
         "kamaji-etcd": {
@@ -41,8 +83,21 @@ def kamaji_values(image_tag: str, etcd_replicas: int, etcd_volume_size: str) -> 
             "datastore": {"name": DATASTORE},
             "replicas": etcd_replicas,
             "persistentVolumeClaim": {"size": etcd_volume_size},
+            # A string, as in the chart: a number reaches the template as a float and renders
+            # as 1.2e+09, which etcd rejects.
+            "quotaBackendBytes": str(etcd_quota_bytes(etcd_volume_size)),
         },
     }
+
+
+def cached_charts_dir(path: str) -> str:
+    """The fetch step's output, checked: it is only re-fetched when that step is re-created."""
+    if path and not Path(path).is_dir():
+        raise RuntimeError(
+            f"Kamaji's chart cache {path} is gone. Fetch it again with "
+            "`pulumi up --replace` on the kamaji-charts resource (see `pulumi stack --show-urns`)."
+        )
+    return path
 
 
 class Kamaji(pulumi.ComponentResource):
@@ -50,6 +105,7 @@ class Kamaji(pulumi.ComponentResource):
         self, name: str, args: KamajiArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         super().__init__("kamaji-hami-lab:index:Kamaji", name, None, opts)
+        source = kamaji_source(args.image_tag)
         child = pulumi.ResourceOptions(parent=self, provider=args.provider)
         self.cert_manager = pinned_release(
             f"{name}-cert-manager",
@@ -60,16 +116,45 @@ class Kamaji(pulumi.ComponentResource):
             values=cert_manager_values(),
             opts=child,
         )
-        self.release = pinned_release(
-            f"{name}-chart",
-            chart="kamaji",
-            repo="https://clastix.github.io/charts",
-            version=args.chart_version,
+        # On the host, at deploy time; never in preview, where the chart paths stay unknown
+        # and Helm's check of the chart waits for them.
+        self.charts = command.local.Command(
+            f"{name}-charts",
+            create=chart_fetch_script(),
+            environment=fetch_environment(source),
+            triggers=[source.tag, source.commit],
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        charts_dir = self.charts.stdout.apply(cached_charts_dir)
+        self.crds = local_chart_release(
+            f"{name}-crds",
+            chart_dir=pulumi.Output.concat(charts_dir, "/kamaji-crds"),
+            release_name="kamaji-crds",
             namespace=KAMAJI_NAMESPACE,
-            values=kamaji_values(args.image_tag, args.etcd_replicas, args.etcd_volume_size),
+            values=crds_values(),
             opts=pulumi.ResourceOptions.merge(
                 child, pulumi.ResourceOptions(depends_on=[self.cert_manager])
             ),
         )
+        self.release = local_chart_release(
+            f"{name}-chart",
+            chart_dir=pulumi.Output.concat(charts_dir, "/kamaji"),
+            release_name=KAMAJI_RELEASE,
+            namespace=KAMAJI_NAMESPACE,
+            values=kamaji_values(args.image_tag, args.etcd_replicas, args.etcd_volume_size),
+            skip_crds=True,  # the kamaji-crds release owns them
+            opts=pulumi.ResourceOptions.merge(
+                child, pulumi.ResourceOptions(depends_on=[self.crds])
+            ),
+        )
         self.namespace = KAMAJI_NAMESPACE
-        self.register_outputs({"namespace": self.namespace, "imageTag": args.image_tag})
+        self.chart_source = {
+            "tag": source.tag,
+            "commit": source.commit,
+            "chartTree": source.chart_tree,
+            "crdsChartTree": source.crds_chart_tree,
+            "etcdChartVersion": source.etcd_chart_version,
+        }
+        self.register_outputs(
+            {"namespace": self.namespace, "imageTag": args.image_tag, "chart": self.chart_source}
+        )

@@ -215,7 +215,6 @@ def _platform(
         "kamaji",
         KamajiArgs(
             cert_manager_version=cfg.cert_manager_version,
-            chart_version=cfg.kamaji_chart_version,
             image_tag=cfg.kamaji_image_tag,
             etcd_replicas=cfg.kamaji_etcd_replicas,
             etcd_volume_size=cfg.kamaji_etcd_volume_size,

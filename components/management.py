@@ -14,7 +14,7 @@ from components.scripts import kind_cluster_config, kind_create_script, kind_del
 @dataclass(frozen=True)
 class ManagementClusterArgs:
     cluster_name: str
-    node_image: str
+    node_image: str  # pinned by digest (config validates it)
     network_name: pulumi.Input[str]
 
 
@@ -28,8 +28,26 @@ def kind_environment(args: ManagementClusterArgs) -> dict[str, pulumi.Input[str]
     }
 
 
+def kind_cluster_triggers(args: ManagementClusterArgs) -> list[pulumi.Input[str]]:
+    """What makes a different cluster. pulumi-command's `triggers` is `replaceOnChanges`; any
+    other input change is an update, which re-runs `create` and, for a new name, would start a
+    second cluster and leak the first."""
+    return [args.cluster_name, args.node_image, args.network_name]
+
+
+def cluster_identity(cluster_name: str, node_image: str, network: str, instance: str) -> str:
+    """The management provider's `cluster_identifier`: one value per kind cluster instance.
+
+    `instance` is the kind Command's ID, new on every replacement; name, image digest and
+    network make the plan say why the provider (and all it manages) moves.
+    """
+    digest = node_image.rsplit("@", 1)[-1]
+    return f"kind-{cluster_name}/{network}/{digest}/{instance}"
+
+
 class ManagementCluster(pulumi.ComponentResource):
     kubeconfig: pulumi.Output[str]
+    identity: pulumi.Output[str]
     provider: k8s.Provider
 
     def __init__(
@@ -41,25 +59,45 @@ class ManagementCluster(pulumi.ComponentResource):
             create=kind_create_script(),
             delete=kind_delete_script(),
             environment=kind_environment(args),
-            # A new node image or network means a new cluster.
-            triggers=[args.node_image, args.network_name],
+            triggers=kind_cluster_triggers(args),
             # stdout is the kubeconfig: keep it out of the logs and the state in clear.
             logging=command.local.Logging.STDERR,
-            opts=pulumi.ResourceOptions(parent=self, additional_secret_outputs=["stdout"]),
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                additional_secret_outputs=["stdout"],
+                # A replacement deletes the old cluster (with the old state's `delete`) before
+                # creating the new one. Create-before-delete would let `create` adopt the live
+                # cluster by name and the old delete remove it afterwards.
+                delete_before_replace=True,
+            ),
         )
         self.kubeconfig = pulumi.Output.secret(self.cluster.stdout)
         self.context = f"kind-{args.cluster_name}"
+        # Derived from the Command's ID, so the identifier depends on the cluster: when the
+        # engine plans the delete-before-replace it treats it as unknown, which makes the
+        # provider's DiffConfig replace it, so every resource the provider manages is deleted
+        # from the old cluster while it still runs and re-created on the new one. A constant
+        # identifier would hide the new kubeconfig from DiffConfig instead.
+        self.identity = pulumi.Output.all(self.cluster.id, args.network_name).apply(
+            lambda values: cluster_identity(
+                args.cluster_name, args.node_image, network=values[1], instance=values[0]
+            )
+        )
         self.provider = k8s.Provider(
             f"{name}-provider",
             kubeconfig=self.kubeconfig,
-            # Keeps the provider (and all it manages) from being replaced when the kubeconfig
-            # is unknown during a later preview.
-            cluster_identifier=self.context,
-            # The lab owns this cluster: if it is already gone, destroy still ends cleanly.
-            delete_unreachable=True,
+            # Also keeps the provider (and all it manages) from being replaced when only the
+            # kubeconfig turns unknown during a later preview.
+            cluster_identifier=self.identity,
+            # No delete_unreachable: with it, a refresh while the node is down (after a reboot)
+            # drops every Kubernetes resource from state. `make destroy` of a lab whose cluster
+            # is gone sets PULUMI_K8S_DELETE_UNREACHABLE=true, which the provider reads when
+            # this option is not set.
             opts=pulumi.ResourceOptions(parent=self),
         )
-        self.register_outputs({"kubeconfig": self.kubeconfig, "context": self.context})
+        self.register_outputs(
+            {"kubeconfig": self.kubeconfig, "context": self.context, "identity": self.identity}
+        )
 
 
 @dataclass(frozen=True)
@@ -73,6 +111,7 @@ class ExistingManagementCluster(pulumi.ComponentResource):
     """A management cluster this stack does not own: reached by kubeconfig, never deleted."""
 
     kubeconfig: pulumi.Output[str]
+    identity: pulumi.Output[str]
     provider: k8s.Provider
 
     def __init__(
@@ -89,10 +128,13 @@ class ExistingManagementCluster(pulumi.ComponentResource):
             source = args.kubeconfig
         self.kubeconfig = pulumi.Output.secret(source)
         self.context = args.context
+        self.identity = pulumi.Output.from_input(args.context)
         self.provider = k8s.Provider(
             f"{name}-provider",
             kubeconfig=self.kubeconfig,
             cluster_identifier=self.context,
             opts=pulumi.ResourceOptions(parent=self),
         )
-        self.register_outputs({"kubeconfig": self.kubeconfig, "context": self.context})
+        self.register_outputs(
+            {"kubeconfig": self.kubeconfig, "context": self.context, "identity": self.identity}
+        )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from dataclasses import dataclass, field
 
 import pulumi
@@ -10,7 +11,47 @@ import pulumi_docker as docker
 from components.netplan import NetworkPlan
 
 # Docker NATs the bridge so nodes reach registries; kind sets the same option on its network.
-BRIDGE_OPTIONS = {"com.docker.network.bridge.enable_ip_masquerade": "true"}
+MASQUERADE_OPTION = "com.docker.network.bridge.enable_ip_masquerade"
+MTU_OPTION = "com.docker.network.driver.mtu"
+PROBE_TIMEOUT_SECONDS = 10
+
+
+def docker_default_bridge_mtu() -> int:
+    """The MTU of Docker's default bridge, read the way kind reads it; 0 when unknown.
+
+    A new user-defined network does not inherit the daemon's MTU, so kind copies it from the
+    default bridge; on hosts below 1500 (cloud VMs, VPNs) pulls stall otherwise. Read-only, so
+    it may run in preview like any other program-time read.
+    """
+    try:
+        result = subprocess.run(
+            [
+                "docker",
+                "network",
+                "inspect",
+                "bridge",
+                "-f",
+                '{{ index .Options "com.docker.network.driver.mtu" }}',
+            ],
+            capture_output=True,
+            text=True,
+            timeout=PROBE_TIMEOUT_SECONDS,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    lines = result.stdout.splitlines()
+    if result.returncode != 0 or len(lines) != 1 or not lines[0].strip().isdigit():
+        return 0
+    return int(lines[0])
+
+
+def bridge_options(mtu: int) -> dict[str, str]:
+    """kind's network options: masquerade, plus the daemon's MTU when it is known."""
+    options = {MASQUERADE_OPTION: "true"}
+    if mtu > 0:
+        options[MTU_OPTION] = str(mtu)
+    return options
 
 
 @dataclass(frozen=True)
@@ -18,6 +59,7 @@ class LabNetworkArgs:
     name: str
     plan: NetworkPlan
     after: list[pulumi.Resource] = field(default_factory=list)  # e.g. the host preflight
+    mtu: int | None = None  # None: Docker's default bridge MTU, as kind does
 
 
 def ipam_config(plan: NetworkPlan) -> docker.NetworkIpamConfigArgs:
@@ -36,18 +78,27 @@ class LabNetwork(pulumi.ComponentResource):
         self, name: str, args: LabNetworkArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         super().__init__("kamaji-hami-lab:index:LabNetwork", name, None, opts)
+        mtu = docker_default_bridge_mtu() if args.mtu is None else args.mtu
         self.network = docker.Network(
             f"{name}-bridge",
             name=args.name,
             driver="bridge",
             ipv6=False,
             ipam_configs=[ipam_config(args.plan)],
-            options=BRIDGE_OPTIONS,
+            options=bridge_options(mtu),
             labels=[
                 docker.NetworkLabelArgs(label="app.kubernetes.io/part-of", value="kamaji-hami-lab")
             ],
-            opts=pulumi.ResourceOptions(parent=self, depends_on=args.after),
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                depends_on=args.after,
+                # The name is fixed and Docker refuses to remove a network with endpoints:
+                # a replacement first deletes what is attached (the kind node, the workers,
+                # through their inputs), then the network, then re-creates them all.
+                delete_before_replace=True,
+            ),
         )
         self.name = self.network.name
         self.subnet = str(args.plan.subnet)
-        self.register_outputs({"name": self.name, "subnet": self.subnet})
+        self.mtu = mtu
+        self.register_outputs({"name": self.name, "subnet": self.subnet, "mtu": self.mtu})

@@ -15,7 +15,7 @@ from components.hami import gpu_quota_manifest, hami_values
 from components.kamaji import cert_manager_values, kamaji_values
 from components.metallb import metallb_values, pool_manifests
 from components.netplan import plan_network
-from components.network import BRIDGE_OPTIONS, ipam_config
+from components.network import bridge_options, ipam_config
 from components.simulated_gpus import agent_config, agent_manifests
 from components.tenant import dns_service_ip, tenant_control_plane_manifest
 from components.workers import node_container_args
@@ -32,7 +32,7 @@ def test_network_is_one_ipv4_ipam_entry_with_a_container_range():
         "172.30.0.1",
         "172.30.0.0/17",
     )
-    assert BRIDGE_OPTIONS == {"com.docker.network.bridge.enable_ip_masquerade": "true"}
+    assert bridge_options(0) == {"com.docker.network.bridge.enable_ip_masquerade": "true"}
 
 
 def test_metallb_native_mode_and_pool_range():
@@ -49,7 +49,7 @@ def test_metallb_native_mode_and_pool_range():
 
 def test_kamaji_values_pin_the_image_and_shrink_etcd():
     values = kamaji_values("26.8.2-edge", 1, "2Gi")
-    assert values["image"] == {"tag": "26.8.2-edge"}
+    assert values["image"] == {"tag": "26.8.2-edge", "pullPolicy": "IfNotPresent"}
     assert values["telemetry"] == {"disabled": True}
     etcd = values["kamaji-etcd"]
     assert etcd["deploy"] is True and etcd["replicas"] == 1
