@@ -1,8 +1,9 @@
-"""The README's two commands stay true: they exist, and CI runs the test one."""
+"""The README's commands stay true: they exist, and CI runs the test ones, in order."""
 
 from __future__ import annotations
 
 import re
+import tomllib
 
 from pulumi_harness import PROJECT_DIR
 
@@ -19,16 +20,29 @@ def make_targets() -> set[str]:
     return set(re.findall(r"^([a-z][\w-]*):", makefile, re.M))
 
 
-def test_readme_starts_with_bring_up_and_test():
-    up, test = readme_commands()
+def test_readme_starts_with_bring_up_and_the_two_test_commands():
+    up, test, test_real = readme_commands()
     assert up.endswith("make up") and "PULUMI_CONFIG_PASSPHRASE=" in up
-    assert test == "make test"
-    assert {"up", "test", "destroy", "preview", "check"} <= make_targets()
+    assert (test, test_real) == ("make test", "make test-real")
+    assert {"up", "test", "test-real", "destroy", "preview", "check"} <= make_targets()
 
 
-def test_ci_runs_the_readme_test_command():
+def test_ci_runs_the_readme_test_commands_last_in_order():
     ci = (PROJECT_DIR / ".ci/run").read_text().splitlines()
-    assert ci[-1] == readme_commands()[1]
+    assert ci[-2:] == readme_commands()[1:]
+
+
+def test_make_test_leaves_the_real_tier_out_and_make_test_real_runs_it():
+    """`make test` stays hermetic: pytest's collection skips tests/real unless it is named."""
+    pytest_ini = tomllib.loads((PROJECT_DIR / "pyproject.toml").read_text())["tool"]["pytest"]
+    assert "real" in pytest_ini["ini_options"]["norecursedirs"]
+    recipe = re.search(
+        r"^test-real:.*\n((?:\t.*\n)+)", (PROJECT_DIR / "Makefile").read_text(), re.M
+    )
+    assert recipe and recipe.group(1).splitlines() == [
+        "\t$(PY) tests/real/binaries.py",
+        "\t$(PY) -m pytest tests/real",
+    ]
 
 
 def test_up_uses_the_local_backend_declared_in_pulumi_yaml():

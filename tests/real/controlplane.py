@@ -1,0 +1,590 @@
+"""A real Kubernetes control plane on loopback, for tests: etcd, kube-apiserver, and optionally
+kube-controller-manager, kube-scheduler and kwok (fake nodes and pod status).
+
+Use it through the fixtures in tests/real/conftest.py (``control_plane``, ``control_planes``), or:
+
+    plane = ControlPlane.start(workdir, users={"alice": ("team-a",)})
+    try:
+        plane.kubectl("get", "nodes")                         # as admin (system:masters)
+        plane.kubectl("auth", "can-i", "list", "pods", user="alice")
+        plane.add_token_user("bob", ("team-b",))              # restarts the API server (~3 s)
+        plane.create_fake_node("worker-1")                    # kwok turns it Ready
+    finally:
+        plane.stop()                                          # exactly the processes it started
+
+What a test gets: ``server`` (https://127.0.0.1:<port>), ``ca_path`` (the CA of the serving
+certificate), ``admin_token``, ``token(user)``, ``kubeconfig(user)``, ``audit_log`` (JSON lines,
+level Metadata, every request), ``logs`` (one file per process). Binaries are the pinned builds
+of tests/real/binaries.py: Kubernetes v1.35.4 (the lab's tenants default to v1.35.0; the proxy
+serves no other 1.35 patch), etcd v3.6.5, kwok v0.8.0.
+
+Users are static tokens (``--token-auth-file``, read once at start), authorization is RBAC with
+the bootstrap roles: the controller manager and scheduler run as ``system:kube-controller-manager``
+and ``system:kube-scheduler``, kwok and admin in ``system:masters``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime
+import ipaddress
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+
+import yaml
+from binaries import bin_path, kwok_fast_stage_files
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+SERVICE_CIDR = "10.0.0.0/24"
+FAKE_NODE_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
+COMPONENT_USERS = {
+    "admin": ("system:masters",),
+    "system:kube-controller-manager": (),
+    "system:kube-scheduler": (),
+    "kwok-controller": ("system:masters",),
+}
+AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived"],
+    "rules": [{"level": "Metadata"}],
+}
+
+
+class ControlPlaneError(RuntimeError):
+    pass
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+# --- PKI ---------------------------------------------------------------------------------------
+
+
+def pem_private_key(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+
+
+def certificate(
+    subject: str,
+    key: ec.EllipticCurvePrivateKey,
+    issuer: tuple[x509.Certificate, ec.EllipticCurvePrivateKey] | None,
+    extensions: Iterable[tuple[x509.ExtensionType, bool]],
+) -> x509.Certificate:
+    now = datetime.datetime.now(datetime.UTC)
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)])
+    issuer_name, signing_key = (issuer[0].subject, issuer[1]) if issuer else (name, key)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(issuer_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), False)
+    )
+    if issuer:
+        builder = builder.add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(issuer[1].public_key()), False
+        )
+    for extension, critical in extensions:
+        builder = builder.add_extension(extension, critical)
+    return builder.sign(signing_key, hashes.SHA256())
+
+
+def _key_usage(*, cert_sign: bool) -> x509.KeyUsage:
+    return x509.KeyUsage(
+        digital_signature=True,
+        content_commitment=False,
+        key_encipherment=not cert_sign,
+        data_encipherment=False,
+        key_agreement=False,
+        key_cert_sign=cert_sign,
+        crl_sign=cert_sign,
+        encipher_only=False,
+        decipher_only=False,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Pki:
+    ca_cert: Path
+    serving_cert: Path
+    serving_key: Path
+    service_account_key: Path
+    service_account_pub: Path
+
+
+def write_pki(directory: Path) -> Pki:
+    """A CA and the API server's serving certificate, as strict X.509 verifiers want them.
+
+    Python >= 3.13 (the agent's image) sets VERIFY_X509_STRICT: a CA without keyUsage
+    keyCertSign and basicConstraints CA:TRUE (a bare ``openssl req -x509``) is refused.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca = certificate(
+        "kamaji-hami-lab-real-ca",
+        ca_key,
+        None,
+        [
+            (x509.BasicConstraints(ca=True, path_length=None), True),
+            (_key_usage(cert_sign=True), True),
+        ],
+    )
+    serving_key = ec.generate_private_key(ec.SECP256R1())
+    service_ip = next(ipaddress.ip_network(SERVICE_CIDR).hosts())
+    names = ["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"]
+    names.append("kubernetes.default.svc.cluster.local")
+    addresses = [ipaddress.ip_address("127.0.0.1"), service_ip]
+    serving = certificate(
+        "kube-apiserver",
+        serving_key,
+        (ca, ca_key),
+        [
+            (x509.BasicConstraints(ca=False, path_length=None), True),
+            (_key_usage(cert_sign=False), True),
+            (x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), False),
+            (
+                x509.SubjectAlternativeName(
+                    [x509.DNSName(n) for n in names] + [x509.IPAddress(a) for a in addresses]
+                ),
+                False,
+            ),
+        ],
+    )
+    sa_key = ec.generate_private_key(ec.SECP256R1())
+    pki = Pki(
+        ca_cert=directory / "ca.crt",
+        serving_cert=directory / "apiserver.crt",
+        serving_key=directory / "apiserver.key",
+        service_account_key=directory / "sa.key",
+        service_account_pub=directory / "sa.pub",
+    )
+    pki.ca_cert.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    pki.serving_cert.write_bytes(serving.public_bytes(serialization.Encoding.PEM))
+    pki.serving_key.write_bytes(pem_private_key(serving_key))
+    pki.service_account_key.write_bytes(pem_private_key(sa_key))
+    pki.service_account_pub.write_bytes(
+        sa_key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+    return pki
+
+
+# --- processes ---------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Process:
+    """One program this control plane started; stopped by its own PID, never by name."""
+
+    name: str
+    args: list[str]
+    log: Path
+    popen: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        with self.log.open("ab") as log:
+            self.popen = subprocess.Popen(
+                self.args,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # a Ctrl-C of pytest does not reach it first
+            )
+
+    def running(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def log_tail(self, lines: int = 30) -> str:
+        text = self.log.read_text(errors="replace") if self.log.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def stop(self, timeout: float = 15) -> None:
+        if self.popen is None:
+            return
+        if self.popen.poll() is None:
+            os.kill(self.popen.pid, signal.SIGTERM)
+            try:
+                self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.kill(self.popen.pid, signal.SIGKILL)
+                self.popen.wait(timeout)
+        self.popen = None
+
+
+def wait_until(
+    condition: Callable[[], bool], what: str, timeout: float, watched: Sequence[Process] = ()
+) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for process in watched:
+            if not process.running():
+                raise ControlPlaneError(f"{process.name} exited:\n{process.log_tail()}")
+        if condition():
+            return
+        time.sleep(0.2)
+    logs = "\n".join(f"--- {p.name}\n{p.log_tail()}" for p in watched)
+    raise ControlPlaneError(f"timed out after {timeout:.0f} s waiting for {what}\n{logs}")
+
+
+def _http_ok(url: str, *, context: ssl.SSLContext | None = None, token: str = "") -> bool:
+    request = urllib.request.Request(url)
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=2, context=context) as response:
+            return response.status == 200
+    except (urllib.error.URLError, ConnectionError, TimeoutError, ssl.SSLError):
+        return False
+
+
+def _insecure_context() -> ssl.SSLContext:
+    # Only for the /healthz of the controller manager and scheduler (self-signed serving certs).
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+# --- the control plane -------------------------------------------------------------------------
+
+
+def _require_binaries(names: Iterable[str]) -> None:
+    missing = [name for name in names if not bin_path(name).exists()]
+    if missing:
+        raise ControlPlaneError(
+            f"not built: {', '.join(missing)} (in {bin_path('').parent}); "
+            "run `make test-real` or `.venv/bin/python tests/real/binaries.py`"
+        )
+
+
+@dataclasses.dataclass
+class ControlPlane:
+    """One real control plane; see the module docstring."""
+
+    name: str
+    workdir: Path
+    server: str
+    pki: Pki
+    tokens: dict[str, tuple[str, tuple[str, ...]]]  # user -> (token, groups)
+    processes: dict[str, Process]
+    audit_log: Path
+
+    @property
+    def ca_path(self) -> Path:
+        return self.pki.ca_cert
+
+    @property
+    def admin_token(self) -> str:
+        return self.token("admin")
+
+    @property
+    def logs(self) -> dict[str, Path]:
+        return {name: process.log for name, process in self.processes.items()}
+
+    def token(self, user: str) -> str:
+        return self.tokens[user][0]
+
+    @classmethod
+    def start(
+        cls,
+        workdir: Path,
+        *,
+        name: str = "plane",
+        users: Mapping[str, Sequence[str]] | None = None,
+        full: bool = True,
+    ) -> ControlPlane:
+        """Start etcd and the API server; with ``full``, also controller manager, scheduler, kwok.
+
+        ``users``: extra token users, name -> groups. A plane started with ``full=False`` only
+        serves the API (enough for dry-runs and RBAC checks) and starts in about 3 s.
+        """
+        _require_binaries(
+            ["etcd", "kube-apiserver", "kubectl"]
+            + (["kube-controller-manager", "kube-scheduler", "kwok"] if full else [])
+        )
+        workdir.mkdir(parents=True, exist_ok=True)
+        tokens = {
+            user: (secrets.token_hex(16), tuple(groups))
+            for user, groups in {**COMPONENT_USERS, **(users or {})}.items()
+        }
+        port = free_port()
+        plane = cls(
+            name=name,
+            workdir=workdir,
+            server=f"https://127.0.0.1:{port}",
+            pki=write_pki(workdir / "pki"),
+            tokens=tokens,
+            processes={},
+            audit_log=workdir / "audit.log",
+        )
+        try:
+            plane._start_etcd()
+            plane._start_apiserver(port)
+            if full:
+                plane._start_controller_manager()
+                plane._start_scheduler()
+                plane._start_kwok()
+        except BaseException:
+            plane.stop()
+            raise
+        return plane
+
+    # -- programs --
+
+    def _launch(self, name: str, args: list[str]) -> Process:
+        process = Process(name, args, self.workdir / f"{name}.log")
+        self.processes[name] = process
+        process.start()
+        return process
+
+    def _start_etcd(self) -> None:
+        # tmpfs: etcd fsyncs every write; on a disk that dominates the tests' runtime.
+        data = Path(tempfile.mkdtemp(prefix=f"etcd-{self.name}-", dir=_tmpfs()))
+        self._etcd_data = data
+        client, peer = free_port(), free_port()
+        self.etcd_url = f"http://127.0.0.1:{client}"
+        peer_url = f"http://127.0.0.1:{peer}"
+        etcd = self._launch(
+            "etcd",
+            [
+                str(bin_path("etcd")),
+                f"--name={self.name}",
+                f"--data-dir={data}",
+                f"--listen-client-urls={self.etcd_url}",
+                f"--advertise-client-urls={self.etcd_url}",
+                f"--listen-peer-urls={peer_url}",
+                f"--initial-advertise-peer-urls={peer_url}",
+                f"--initial-cluster={self.name}={peer_url}",
+                "--log-level=warn",
+                "--unsafe-no-fsync",
+            ],
+        )
+        wait_until(lambda: _http_ok(f"{self.etcd_url}/health"), "etcd /health", 30, [etcd])
+
+    def _apiserver_args(self, port: int) -> list[str]:
+        token_file = self.workdir / "tokens.csv"
+        token_file.write_text(
+            "".join(
+                f'{token},{user},{user},"{",".join(groups)}"\n'
+                for user, (token, groups) in self.tokens.items()
+            )
+        )
+        audit_policy = self.workdir / "audit-policy.yaml"
+        audit_policy.write_text(yaml.safe_dump(AUDIT_POLICY))
+        return [
+            str(bin_path("kube-apiserver")),
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            f"--secure-port={port}",
+            f"--etcd-servers={self.etcd_url}",
+            f"--tls-cert-file={self.pki.serving_cert}",
+            f"--tls-private-key-file={self.pki.serving_key}",
+            f"--client-ca-file={self.pki.ca_cert}",
+            f"--token-auth-file={token_file}",
+            "--authorization-mode=RBAC",
+            "--anonymous-auth=false",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={self.pki.service_account_pub}",
+            f"--service-account-signing-key-file={self.pki.service_account_key}",
+            # The lab's HAMi and agent pods are privileged; the dry-run must judge them as a
+            # kubeadm cluster (Kamaji's tenants) would.
+            "--allow-privileged=true",
+            f"--audit-policy-file={audit_policy}",
+            f"--audit-log-path={self.audit_log}",
+            "--audit-log-format=json",
+            f"--cert-dir={self.workdir / 'apiserver-certs'}",
+            "--profiling=false",
+        ]
+
+    def _start_apiserver(self, port: int) -> None:
+        apiserver = self._launch("kube-apiserver", self._apiserver_args(port))
+        context = ssl.create_default_context(cafile=str(self.ca_path))
+        wait_until(
+            lambda: _http_ok(f"{self.server}/readyz", context=context, token=self.admin_token),
+            "kube-apiserver /readyz",
+            90,
+            [apiserver],
+        )
+
+    def restart_apiserver(self) -> None:
+        """Stop and start the API server on the same port and etcd (watches see it go away)."""
+        self.processes["kube-apiserver"].stop()
+        self._start_apiserver(int(self.server.rsplit(":", 1)[1]))
+
+    def add_token_user(self, user: str, groups: Sequence[str] = ()) -> str:
+        """A new static-token user; the API server reads its token file only at start, so this
+        restarts it. Prefer ``users=`` at start when the users are known up front."""
+        self.tokens[user] = (secrets.token_hex(16), tuple(groups))
+        self.restart_apiserver()
+        return self.token(user)
+
+    def _start_component(self, name: str, user: str, extra: list[str]) -> None:
+        port = free_port()
+        process = self._launch(
+            name,
+            [
+                str(bin_path(name)),
+                f"--kubeconfig={self.kubeconfig(user)}",
+                f"--authentication-kubeconfig={self.kubeconfig(user)}",
+                f"--authorization-kubeconfig={self.kubeconfig(user)}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port}",
+                f"--cert-dir={self.workdir / f'{name}-certs'}",
+                "--leader-elect=false",
+                *extra,
+            ],
+        )
+        healthz = f"https://127.0.0.1:{port}/healthz"
+        context = _insecure_context()
+        wait_until(lambda: _http_ok(healthz, context=context), f"{name} /healthz", 60, [process])
+
+    def _start_controller_manager(self) -> None:
+        self._start_component(
+            "kube-controller-manager",
+            "system:kube-controller-manager",
+            [
+                # Each controller with its own ServiceAccount: the controller manager's own user
+                # holds only system:kube-controller-manager, which lacks e.g. nodes/status
+                # for the node lifecycle controller; without this nodes keep the not-ready taint.
+                "--use-service-account-credentials=true",
+                f"--service-account-private-key-file={self.pki.service_account_key}",
+                f"--root-ca-file={self.pki.ca_cert}",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+            ],
+        )
+
+    def _start_scheduler(self) -> None:
+        self._start_component("kube-scheduler", "system:kube-scheduler", [])
+
+    def _start_kwok(self) -> None:
+        address = f"127.0.0.1:{free_port()}"
+        kwok = self._launch(
+            "kwok",
+            [
+                str(bin_path("kwok")),
+                f"--kubeconfig={self.kubeconfig('kwok-controller')}",
+                # Only nodes that ask for it: a test may create nodes that something else
+                # (the agent, a test) keeps the status of.
+                "--manage-nodes-with-annotation-selector=" + "=".join(FAKE_NODE_ANNOTATION),
+                f"--server-address={address}",
+                "--node-lease-duration-seconds=40",
+                # kwok >= v0.8.0 has no built-in stages: the module's own "fast" set.
+                *(f"--config={path}" for path in kwok_fast_stage_files()),
+            ],
+        )
+        # kwok serves /healthz only after its controllers have started.
+        wait_until(lambda: _http_ok(f"http://{address}/healthz"), "kwok /healthz", 60, [kwok])
+
+    def stop(self) -> None:
+        """Stop what this plane started, newest first, each by its own PID; remove etcd's data."""
+        for process in reversed(list(self.processes.values())):
+            process.stop()
+        data = getattr(self, "_etcd_data", None)
+        if data is not None:
+            shutil.rmtree(data, ignore_errors=True)
+
+    # -- clients --
+
+    def kubeconfig(self, user: str = "admin") -> Path:
+        path = self.workdir / "kubeconfigs" / f"{user.replace(':', '_')}.yaml"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [
+                        {
+                            "name": self.name,
+                            "cluster": {
+                                "server": self.server,
+                                "certificate-authority": str(self.ca_path),
+                            },
+                        }
+                    ],
+                    "users": [{"name": user, "user": {"token": self.token(user)}}],
+                    "contexts": [{"name": user, "context": {"cluster": self.name, "user": user}}],
+                    "current-context": user,
+                }
+            )
+        )
+        return path
+
+    def kubectl(
+        self,
+        *args: str,
+        user: str = "admin",
+        input: str | None = None,
+        check: bool = True,
+        timeout: float = 60,
+    ) -> subprocess.CompletedProcess[str]:
+        """Run the pinned kubectl as ``user``; with ``check``, a failure raises with its stderr."""
+        result = subprocess.run(
+            [str(bin_path("kubectl")), f"--kubeconfig={self.kubeconfig(user)}", *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if check and result.returncode != 0:
+            raise ControlPlaneError(f"kubectl {' '.join(args)} failed:\n{result.stderr}")
+        return result
+
+    def get_json(self, *args: str, user: str = "admin") -> dict:
+        return json.loads(self.kubectl("get", *args, "-o", "json", user=user).stdout)
+
+    def create_fake_node(self, name: str, labels: Mapping[str, str] | None = None) -> None:
+        """A node that kwok plays the kubelet of: it turns Ready and runs the pods bound to it."""
+        key, value = FAKE_NODE_ANNOTATION
+        node = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name, "annotations": {key: value}, "labels": dict(labels or {})},
+        }
+        self.kubectl("apply", "-f", "-", input=json.dumps(node))
+
+    def service_account_token(self, namespace: str, name: str) -> str:
+        """A bound token of a real ServiceAccount (TokenRequest), as a pod would get it."""
+        return self.kubectl("create", "token", name, "-n", namespace).stdout.strip()
+
+
+def _tmpfs() -> str:
+    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+
+
+@contextlib.contextmanager
+def running_control_plane(workdir: Path, **options) -> Iterable[ControlPlane]:
+    plane = ControlPlane.start(workdir, **options)
+    try:
+        yield plane
+    finally:
+        plane.stop()

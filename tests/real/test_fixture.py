@@ -1,0 +1,158 @@
+"""The real control plane works: kwok's node turns Ready, a pod is scheduled and Running,
+RBAC decides for token users, and stopping it ends exactly the processes it started."""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import json
+import socket
+import ssl
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from controlplane import ControlPlane, certificate, pem_private_key
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+
+
+def wait_for_json(plane: ControlPlane, args: tuple[str, ...], condition, what: str, timeout=60):
+    deadline = time.monotonic() + timeout
+    last: dict = {}
+    while time.monotonic() < deadline:
+        last = plane.get_json(*args)
+        if condition(last):
+            return last
+        time.sleep(0.5)
+    pytest.fail(f"timed out waiting for {what}; last seen:\n{json.dumps(last, indent=1)[:3000]}")
+
+
+def condition_status(obj: dict, kind: str) -> str | None:
+    conditions = obj.get("status", {}).get("conditions", [])
+    return next((c["status"] for c in conditions if c["type"] == kind), None)
+
+
+@pytest.mark.upstream("kwok-v0.8-needs-stages", "kcm-service-account-credentials")
+def test_a_kwok_node_turns_ready_and_runs_a_scheduled_pod(control_plane):
+    control_plane.create_fake_node("smoke-node")
+    node = wait_for_json(
+        control_plane,
+        ("node", "smoke-node"),
+        lambda n: condition_status(n, "Ready") == "True" and not n["spec"].get("taints"),
+        "node smoke-node Ready without taints (node lifecycle controller removed not-ready)",
+    )
+    assert node["status"]["allocatable"]["pods"]  # kwok's node-initialize stage filled it
+
+    control_plane.kubectl("create", "namespace", "smoke")
+    control_plane.kubectl(
+        "run", "smoke", "-n", "smoke", "--image=registry.invalid/none:1", "--restart=Never"
+    )
+    pod = wait_for_json(
+        control_plane,
+        ("pod", "smoke", "-n", "smoke"),
+        lambda p: p.get("status", {}).get("phase") == "Running",
+        "pod smoke Running",
+    )
+    assert pod["spec"]["nodeName"] == "smoke-node"  # bound by the real kube-scheduler
+    assert condition_status(pod, "PodScheduled") == "True"
+
+
+def test_rbac_decides_for_token_users(start_control_plane):
+    plane = start_control_plane("rbac", users={"alice": ("team-a",)}, full=False)
+    plane.kubectl("create", "namespace", "team-a")
+    plane.kubectl("create", "rolebinding", "view", "-n", "team-a", "--clusterrole=view",
+                  "--group=team-a")  # fmt: skip
+    can = plane.kubectl("auth", "can-i", "list", "pods", "-n", "team-a", user="alice")
+    assert can.stdout.strip() == "yes"
+    cannot = plane.kubectl(
+        "auth", "can-i", "list", "pods", "-n", "kube-system", user="alice", check=False
+    )
+    assert (cannot.returncode, cannot.stdout.strip()) == (1, "no")
+    forbidden = plane.kubectl("get", "pods", "-n", "kube-system", user="alice", check=False)
+    assert 'User "alice" cannot list resource "pods"' in forbidden.stderr
+
+    bob = plane.add_token_user("bob", ("team-a",))
+    assert bob == plane.token("bob")
+    assert plane.kubectl("auth", "whoami", "-o", "json", user="bob").stdout.count('"bob"') == 1
+
+
+def test_stop_ends_exactly_its_own_processes(start_control_plane):
+    plane = start_control_plane("stop", full=False)
+    pids = {name: process.popen.pid for name, process in plane.processes.items()}
+    assert set(pids) == {"etcd", "kube-apiserver"}
+    plane.stop()
+    assert [name for name, pid in pids.items() if _alive(pid)] == []
+    assert all(process.popen is None for process in plane.processes.values())
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def strict_client_context(cafile: Path) -> ssl.SSLContext:
+    """What Python >= 3.13's ssl.create_default_context() does by default (the agent's image)."""
+    context = ssl.create_default_context(cafile=str(cafile))
+    context.verify_flags |= ssl.VERIFY_X509_STRICT | ssl.VERIFY_X509_PARTIAL_CHAIN
+    return context
+
+
+@pytest.mark.upstream("python-3.13-strict-x509")
+def test_the_api_servers_ca_passes_strict_x509_verification(start_control_plane):
+    plane = start_control_plane("strict-tls", full=False)
+    host, port = "127.0.0.1", int(plane.server.rsplit(":", 1)[1])
+    context = strict_client_context(plane.ca_path)
+    with (
+        socket.create_connection((host, port), timeout=5) as raw,
+        context.wrap_socket(raw, server_hostname=host) as tls,
+    ):
+        assert tls.version() in ("TLSv1.2", "TLSv1.3")
+
+
+@pytest.mark.upstream("python-3.13-strict-x509")
+def test_strict_x509_refuses_a_ca_without_key_usage(tmp_path):
+    """The counter-example: a CA with basicConstraints only (as a bare `openssl req -x509`
+    makes it) is refused under the same flags, so the keyUsage in write_pki is load-bearing."""
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca = certificate(
+        "bare-ca", ca_key, None, [(x509.BasicConstraints(ca=True, path_length=None), True)]
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    leaf = certificate(
+        "server",
+        key,
+        (ca, ca_key),
+        [(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)],
+    )
+    (tmp_path / "ca.crt").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    (tmp_path / "leaf.pem").write_bytes(
+        leaf.public_bytes(serialization.Encoding.PEM) + pem_private_key(key)
+    )
+    server_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_context.load_cert_chain(tmp_path / "leaf.pem")
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+        thread = threading.Thread(target=_accept_one, args=(listener, server_context))
+        thread.start()
+        try:
+            with (
+                socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
+                pytest.raises(ssl.SSLCertVerificationError, match="key usage"),
+            ):
+                strict_client_context(tmp_path / "ca.crt").wrap_socket(
+                    raw, server_hostname="127.0.0.1"
+                )
+        finally:
+            thread.join(10)
+
+
+def _accept_one(listener: socket.socket, context: ssl.SSLContext) -> None:
+    connection, _ = listener.accept()
+    with connection, contextlib.suppress(ssl.SSLError, OSError):
+        context.wrap_socket(connection, server_side=True)
