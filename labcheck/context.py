@@ -43,6 +43,8 @@ class RunContext:
     _clusters: dict[str, Cluster] = field(default_factory=dict)
     _namespaces: dict[str, str] = field(default_factory=dict)
     _tools: dict[str, Obj | CheckFailed] = field(default_factory=dict)
+    # tenant -> seconds waited for HAMi's webhook endpoints, or why they never came
+    webhook_waits: dict[str, float | CheckFailed] = field(default_factory=dict)
     # tenant -> (pod, hami node annotation, spec.nodeName) of every GPU pod placed this run
     placements: dict[str, list[tuple[str, str, str]]] = field(default_factory=dict)
 

@@ -21,7 +21,25 @@ ANN_GPU_POLICY = "hami.io/gpu-scheduler-policy"
 QUOTA_MEM_KEY = "limits.nvidia.com/gpumem"
 SCHEDULER = "hami-scheduler"
 
-# Filter failure reasons HAMi reports (pkg/device/common), plus its event reason.
+# The chart's Service "<fullname>-scheduler" (release "hami": "hami-scheduler") in the release
+# namespace (spec hamiNamespace) serves the webhook. It selects only the pod labelled
+# hami.io/scheduler-role=leader, which the extender sets on its register tick
+# (charts/hami/templates/scheduler/service.yaml, pkg/scheduler/scheduler.go register).
+SCHEDULER_SERVICE = "hami-scheduler"
+# The extender re-reads node registrations only on node add and on this tick
+# (pkg/scheduler/scheduler.go RegisterFromNodeAnnotations); until then its filter fails a node
+# with this text, which kube-scheduler puts in the PodScheduled condition as
+# "0/1 nodes are available: 1 node unregistered. preemption: ...".
+REGISTER_TICK_SECONDS = 15
+NODE_UNREGISTERED = "node unregistered"
+# HAMi's webhook denies a pod over a GPU quota with admission.Denied (HTTP 403); the API server
+# wraps it as 'pods "<name>" is forbidden: admission webhook "vgpu.hami.io" denied the request:
+# exceeding resource quota'. Kubernetes' own quota admission says "exceeded quota" instead.
+WEBHOOK_NAME = "vgpu.hami.io"
+QUOTA_DENIAL = f'admission webhook "{WEBHOOK_NAME}" denied the request: exceeding resource quota'
+
+# Filter failure reasons HAMi reports when no card has room (pkg/device/common), plus its event
+# reason. NODE_UNREGISTERED is not one of them: it says nothing about the cards.
 PENDING_REASONS = (
     "CardInsufficientMemory",
     "CardInsufficientCore",

@@ -207,6 +207,13 @@ class KubeCluster:
             "GET", f"/api/v1/namespaces/{quote(namespace)}/resourcequotas/{quote(name)}"
         )
 
+    def list_endpoint_slices(self, namespace: str, service: str) -> list[Obj]:
+        # The EndpointSlice controller labels every slice of a Service with its name.
+        return self._items(
+            f"/apis/discovery.k8s.io/v1/namespaces/{quote(namespace)}/endpointslices",
+            [("labelSelector", f"kubernetes.io/service-name={service}")],
+        )
+
     def list_workloads(self, namespace: str) -> list[Obj]:
         out = []
         for plural, kind in (("deployments", "Deployment"), ("statefulsets", "StatefulSet")):

@@ -14,6 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from labcheck.cluster import ClusterError, server_of
+from labcheck.context import RunContext
+from labcheck.result import Result
+from labcheck.runner import RunOutcome, run_checks
+from labcheck.spec import parse_spec
 
 Obj = dict[str, Any]
 HAMI_RES = ("nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpucores")
@@ -72,19 +76,37 @@ def _node(name: str, cards: list[Obj] | None = None, ready: bool = True) -> Obj:
     }
 
 
+PODMAX_IN_UNSCHEDULABLE_SECONDS = 300  # kube-scheduler podMaxInUnschedulablePodsDuration
+HAMI_NAMESPACE, HAMI_SERVICE = "kube-system", "hami-scheduler"
+
+
 @dataclass
 class Knobs:
     reachable: bool = True
+    foreign_answer: int = 401  # what the server answers credentials it does not accept
     readyz: str = "ok"
     konnectivity: bool = True
     webhook: bool = True  # HAMi webhook reached (else fails open: default-scheduler)
-    scheduler: bool = True  # hami-scheduler running
+    # When the hami-scheduler Service gets a Ready endpoint (leader label on the extender's
+    # register tick); None: never. Without one the webhook fails open (failurePolicy Ignore).
+    endpoints_at: float | None = 0.0
+    scheduler: bool = True  # hami-scheduler's kube-scheduler schedules (extender reachable)
+    # When HAMi's scheduler cache has read the nodes' registrations (node add, or its 15 s tick
+    # after a re-join). Before, its filter fails every node with "node unregistered".
+    registration_read_at: float = 0.0
+    # The lab agent's requeue: once HAMi has read the registration, pods rejected as
+    # unregistered are touched, which makes kube-scheduler try them again.
+    requeue_unregistered: bool = False
     finish_alloc: bool = True  # agent/device plugin completes allocation and frees the lock
     lock_hold_seconds: float = 0.0  # how long each bind keeps the node lock
     ignore_policy: str = ""  # force this gpu policy regardless of the annotation
     ignore_memory: bool = False  # over-commit: place pods whatever their memory
     quota_admission: bool = True  # webhook enforces the GPU memory quota
+    pods_quota_full: bool = False  # a Kubernetes ResourceQuota (pod count) is exhausted
+    quota_in_filter: bool = False  # the scheduler's Filter holds an over-quota pod Pending
     smi_reports_card: bool = False  # real mode: HAMi-core not injected
+    image_pull_fails: bool = False  # bound and allocated, but the container never starts
+    container_exits: bool = False  # bound and allocated, then the container fails
     accept_foreign: bool = False  # authenticate other clusters' tokens (isolation broken)
     dry_run_error: dict[str, str] = field(default_factory=dict)  # plural -> message
 
@@ -112,6 +134,13 @@ class FakeCluster:
         return call
 
 
+FOREIGN_ANSWERS = {
+    401: "Unauthorized",
+    # An unknown client certificate falls back to system:anonymous, which RBAC refuses.
+    403: 'nodes is forbidden: User "system:anonymous" cannot list resource "nodes"',
+}
+
+
 class DeniedCluster:
     """An API server answering a token it does not know."""
 
@@ -122,7 +151,10 @@ class DeniedCluster:
     def __getattr__(self, name: str) -> Any:
         def call(*args: Any, **kwargs: Any) -> Any:
             self.server.foreign_calls.append((name, args))
-            raise ClusterError(401, "Unauthorized")
+            if not self.server.knobs.reachable:  # no TLS handshake, no answer at all
+                raise ClusterError(0, "ConnectTimeoutError: timed out")
+            answer = self.server.knobs.foreign_answer
+            raise ClusterError(answer, FOREIGN_ANSWERS.get(answer, "Internal error"))
 
         return call
 
@@ -141,6 +173,7 @@ class FakeServer:
         self.calls: list[tuple[str, tuple]] = []
         self.foreign_calls: list[tuple[str, tuple]] = []
         self.deleted: list[tuple[str, str]] = []
+        self.events: dict[tuple[str, str], list[Obj]] = {}
         self.hook: Any = None
         self._seq = 0
 
@@ -184,9 +217,15 @@ class FakeServer:
         self._seq += 1
         pod["_seq"] = self._seq
         limits = pod["spec"]["containers"][0].get("resources", {}).get("limits", {})
-        if any(k in limits for k in HAMI_RES) and self.knobs.webhook:
+        if any(k in limits for k in HAMI_RES) and self.knobs.webhook and self._endpoint_ready():
             pod["spec"]["schedulerName"] = "hami-scheduler"
-            self._admit_quota(namespace, limits)
+            self._admit_quota(namespace, name, limits)
+        if self.knobs.pods_quota_full:  # validating admission runs after mutating webhooks
+            raise ClusterError(
+                403,
+                f'pods "{name}" is forbidden: exceeded quota: pod-count, requested: pods=1, '
+                "used: pods=4, limited: pods=4",
+            )
         m = re.search(
             r"echo (\S+) > /www", " ".join(pod["spec"]["containers"][0].get("command", []))
         )
@@ -199,6 +238,7 @@ class FakeServer:
         self.deleted.append(("pod", f"{namespace}/{name}"))
         if self.pods.pop((namespace, name), None) is None:
             raise ClusterError(404, "not found")
+        self.events.pop((namespace, name), None)
 
     def pod_logs(self, namespace: str, name: str) -> str:
         pod = self._tunnel(namespace, name)
@@ -221,7 +261,33 @@ class FakeServer:
         return b"HTTP/1.0 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body
 
     def list_events(self, namespace: str, object_name: str) -> list[Obj]:
-        return []
+        return copy.deepcopy(self.events.get((namespace, object_name), []))
+
+    def list_endpoint_slices(self, namespace: str, service: str) -> list[Obj]:
+        self._tick()
+        if (namespace, service) != (HAMI_NAMESPACE, HAMI_SERVICE):
+            return []
+        # The EndpointSlice controller keeps one slice, with no endpoints while no pod matches.
+        endpoints = (
+            [{"addresses": ["10.244.1.7"], "conditions": {"ready": True}}]
+            if self._endpoint_ready()
+            else None
+        )
+        return [
+            {
+                "metadata": {
+                    "name": f"{service}-x7k2p",
+                    "namespace": namespace,
+                    "labels": {"kubernetes.io/service-name": service},
+                },
+                "addressType": "IPv4",
+                "endpoints": endpoints,
+            }
+        ]
+
+    def touch_pod(self, namespace: str, name: str) -> None:
+        """A metadata update (what the lab agent does): kube-scheduler retries a parked pod."""
+        self.pods[(namespace, name)].pop("_parked_until", None)
 
     def create_namespace(self, name: str, labels: dict[str, str]) -> Obj:
         if name in self.namespaces:
@@ -291,7 +357,11 @@ class FakeServer:
                     return c
         raise KeyError(uuid)
 
-    def _admit_quota(self, namespace: str, limits: Obj) -> None:
+    def _endpoint_ready(self) -> bool:
+        at = self.knobs.endpoints_at
+        return at is not None and self.clock.now() >= at
+
+    def _admit_quota(self, namespace: str, name: str, limits: Obj) -> None:
         for (ns, _), q in self.quotas.items():
             hard = q["spec"]["hard"].get("limits.nvidia.com/gpumem")
             if ns != namespace or hard is None or not self.knobs.quota_admission:
@@ -303,9 +373,11 @@ class FakeServer:
             )
             ask = int(limits.get("nvidia.com/gpumem", 0)) * int(limits.get("nvidia.com/gpu", 1))
             if used + ask > int(hard):
+                # admission.Denied is HTTP 403; the API server prefixes the webhook's name.
                 raise ClusterError(
-                    400,
-                    'admission webhook "vgpu.hami.io" denied the request: exceeding resource quota',
+                    403,
+                    f'pods "{name}" is forbidden: admission webhook "vgpu.hami.io" denied the '
+                    "request: exceeding resource quota",
                 )
 
     def _usage(self, node: str) -> dict[str, list[int]]:
@@ -321,10 +393,20 @@ class FakeServer:
             u[2] += int(cores)
         return use
 
-    def _choose(self, node: str, mem: int, cores: int, policy: str) -> str | None:
-        cards = json.loads(
+    def _registered(self, node: str) -> list[Obj]:
+        return json.loads(
             self.nodes[node]["metadata"]["annotations"].get("hami.io/node-nvidia-register", "[]")
         )
+
+    def _over_quota(self, namespace: str, mem: int) -> bool:
+        """The extender's own quota check in Filter (fitQuota), seen when admission let it by."""
+        hard = (self.quotas.get((namespace, "gpu-quota"), {}).get("spec", {}).get("hard", {})).get(
+            "limits.nvidia.com/gpumem"
+        )
+        return self.knobs.quota_in_filter and hard is not None and mem > int(hard)
+
+    def _choose(self, node: str, mem: int, cores: int, policy: str) -> str | None:
+        cards = self._registered(node)
         use = self._usage(node)
         best, best_score = None, None
         for c in cards:
@@ -369,6 +451,8 @@ class FakeServer:
                 continue
             if spec["schedulerName"] != "hami-scheduler" or not self.knobs.scheduler:
                 continue
+            if not self._retried_now(pod, now):
+                continue
             self._schedule(
                 ns,
                 name,
@@ -378,17 +462,36 @@ class FakeServer:
                 now,
             )
 
+    def _retried_now(self, pod: Obj, now: float) -> bool:
+        """kube-scheduler parks a pod the extender rejected; only the agent's touch (a pod
+        update) or podMaxInUnschedulablePodsDuration moves it on. Other cluster events that
+        would requeue it are not modelled; other rejections are retried at every tick."""
+        parked = pod.get("_parked_until")
+        if parked is None:
+            return True
+        registered = now >= self.knobs.registration_read_at
+        if now >= parked or (registered and self.knobs.requeue_unregistered):
+            del pod["_parked_until"]
+            return True
+        return False
+
     def _schedule(self, ns: str, name: str, pod: Obj, mem: int, cores: int, now: float) -> None:
         spec, ann = pod["spec"], pod["metadata"]["annotations"]
         want = (spec.get("nodeSelector") or {}).get("kubernetes.io/hostname")
         policy = self.knobs.ignore_policy or ann.get("hami.io/gpu-scheduler-policy", "spread")
         reasons = []
-        for node in self.nodes:
-            if want and node != want:
+        candidates = [n for n in self.nodes if not want or n == want]
+        if now < self.knobs.registration_read_at:
+            self._reject_unregistered(ns, name, pod, candidates, now)
+            return
+        for node in candidates:
+            n_cards = len(self._registered(node))
+            if self._over_quota(ns, mem):
+                reasons.append(f"{n_cards}/{n_cards} ResourceQuotaNotFit")  # common.GenReason
                 continue
             card = self._choose(node, mem, cores, policy)
             if card is None:
-                reasons.append("CardInsufficientMemory")
+                reasons.append(f"{n_cards}/{n_cards} CardInsufficientMemory")
                 continue
             if not self._lock_free(node):
                 reasons.append("node lock contention")
@@ -397,7 +500,15 @@ class FakeServer:
             ann["hami.io/vgpu-devices-allocated"] = f"{card},NVIDIA,{mem},{cores}:;"
             spec["nodeName"] = node
             lock = self.nodes[node]["metadata"]["annotations"]
-            if self.knobs.finish_alloc and not self.knobs.lock_hold_seconds:
+            if self.knobs.image_pull_fails:
+                ann["hami.io/bind-phase"] = "success"
+                pod["status"]["containerStatuses"] = [
+                    {"name": "main", "state": {"waiting": {"reason": "ImagePullBackOff"}}}
+                ]
+            elif self.knobs.container_exits:
+                ann["hami.io/bind-phase"] = "success"
+                pod["status"]["phase"] = "Failed"
+            elif self.knobs.finish_alloc and not self.knobs.lock_hold_seconds:
                 ann["hami.io/bind-phase"] = "success"
                 pod["status"]["phase"] = "Running"
             elif self.knobs.finish_alloc:
@@ -409,7 +520,30 @@ class FakeServer:
                 ann["hami.io/bind-phase"] = "allocating"
                 lock["hami.io/mutex.lock"] = f"2026-01-01T00:00:00Z,{ns},{name}"
             return
-        msg = f"0/{len(self.nodes)} nodes are available: " + ", ".join(f"1 {r}" for r in reasons)
+        self._unschedulable(pod, reasons)
+
+    def _reject_unregistered(
+        self, ns: str, name: str, pod: Obj, candidates: list[str], now: float
+    ) -> None:
+        # HAMi Filter: failedNodes[node] = "node unregistered", plus its FilteringFailed event.
+        self._unschedulable(pod, ["node unregistered"] * len(candidates))
+        self.events.setdefault((ns, name), []).append(
+            {
+                "type": "Warning",
+                "reason": "FilteringFailed",
+                "message": f"no available node, {len(candidates)} nodes do not meet",
+            }
+        )
+        pod["_parked_until"] = now + PODMAX_IN_UNSCHEDULABLE_SECONDS
+
+    def _unschedulable(self, pod: Obj, reasons: list[str]) -> None:
+        """The PodScheduled condition kube-scheduler writes (framework.FitError.Error())."""
+        n = len(self.nodes)
+        counts = sorted(f"{reasons.count(r)} {r}" for r in dict.fromkeys(reasons))
+        msg = (
+            f"0/{n} nodes are available: {', '.join(counts)}. preemption: 0/{n} nodes are "
+            f"available: {n} No preemption victims found for incoming pod."
+        )
         pod["status"]["conditions"] = [
             {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": msg}
         ]
@@ -541,3 +675,22 @@ def standard_lab(clock: FakeClock | None = None) -> FakeLab:
     lab.add_tenant("tenant-a", "172.30.255.200", [A100], quota_mb=81920)
     lab.add_tenant("tenant-b", "172.30.255.201", [L4, L4], quota_mb=46068)
     return lab
+
+
+class Quiet:
+    def start(self, check: Any, tenant: str) -> None:
+        pass
+
+    def finish(self, result: Result) -> None:
+        pass
+
+
+def run_lab(
+    lab: FakeLab, only: tuple[str, ...] | list[str] = ()
+) -> tuple[RunOutcome, dict[tuple[str, str], Result]]:
+    """Run labcheck (run id t1) against the fake lab; results keyed by (check, tenant)."""
+    from labcheck.checks import ALL_CHECKS
+
+    ctx = RunContext(spec=parse_spec(lab.spec), factory=lab.factory, clock=lab.clock, run_id="t1")
+    out = run_checks(ctx, ALL_CHECKS, Quiet(), only=only)
+    return out, {(r.check, r.tenant): r for r in out.results}

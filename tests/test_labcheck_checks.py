@@ -3,28 +3,14 @@
 from __future__ import annotations
 
 import pytest
-from labcheck_fakes import A100, FakeLab, standard_lab
+from labcheck_fakes import A100, FakeLab, run_lab, standard_lab
 
 from labcheck import MANAGED_BY_LABEL, RUN_ID_LABEL
-from labcheck.checks import ALL_CHECKS
-from labcheck.context import RunContext
 from labcheck.result import Status
-from labcheck.runner import run_checks
-from labcheck.spec import parse_spec
-
-
-class Quiet:
-    def start(self, check, tenant):
-        pass
-
-    def finish(self, result):
-        pass
 
 
 def run(lab, only=()):
-    ctx = RunContext(spec=parse_spec(lab.spec), factory=lab.factory, clock=lab.clock, run_id="t1")
-    out = run_checks(ctx, ALL_CHECKS, Quiet(), only=only)
-    return out, {(r.check, r.tenant): r for r in out.results}
+    return run_lab(lab, only)
 
 
 def assert_clean(lab):
@@ -124,12 +110,36 @@ def test_slow_lock_release_misses_the_burst_bound():
     assert_clean(lab)
 
 
-def test_lock_burst_within_bound_passes_even_with_short_holds():
+def test_lock_burst_within_bound_passes_and_reports_the_observed_release():
+    """Issue 13 (hollow test): the evidence states the release labcheck saw, not a literal."""
     lab = standard_lab()
-    lab.tenant("tenant-a").knobs.lock_hold_seconds = 2
+    lab.tenant("tenant-a").knobs.lock_hold_seconds = 2  # the last bind holds the lock 2 s more
     _, r = run(lab, only=["gpu.node-lock"])
-    assert r[("gpu.node-lock", "tenant-a")].status is Status.PASS
-    assert "lock free" in r[("gpu.node-lock", "tenant-a")].evidence
+    res = r[("gpu.node-lock", "tenant-a")]
+    assert res.status is Status.PASS
+    assert res.evidence == (
+        "5 pods back to back on tenant-a-worker-1 allocated in 8.0s (bound 60s); "
+        "no hami.io/mutex.lock on tenant-a-worker-1 2s after the last bind"
+    )
+    assert (
+        "hami.io/mutex.lock"
+        not in lab.tenant("tenant-a").nodes["tenant-a-worker-1"]["metadata"]["annotations"]
+    )
+
+
+def test_lock_still_held_after_every_pod_bound_fails_with_the_bind_cause():
+    """Issue 13: the post-burst lock check is a verdict of its own (all pods bound, lock kept)."""
+    lab = standard_lab()
+    lab.spec["timeouts"].update(lockBurstPods=2, lockBurstSeconds=60)
+    lab.tenant("tenant-a").knobs.lock_hold_seconds = 30  # outlives the 10 s API wait
+    _, r = run(lab, only=["gpu.node-lock"])
+    res = r[("gpu.node-lock", "tenant-a")]
+    assert res.status is Status.FAIL
+    assert res.expected == "no hami.io/mutex.lock on tenant-a-worker-1 after all binds"
+    assert res.seen == "hami.io/mutex.lock=2026-01-01T00:00:00Z,labcheck-t1,lc-t1-lock-1"
+    assert res.cause.startswith("allocation never finished: the node lock or bind-phase")
+    assert r[("gpu.node-lock", "tenant-b")].status is Status.PASS
+    assert_clean(lab)
 
 
 def test_inventory_mismatch():

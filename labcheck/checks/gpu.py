@@ -4,16 +4,21 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 
-from ..cluster import ClusterError, Obj, likely_cause
+from ..cluster import Cluster, ClusterError, Obj, likely_cause
 from ..context import RunContext, pod_summary
 from ..hami import (
     ANN_BIND_PHASE,
     ANN_LOCK,
     ANN_NODE,
+    NODE_UNREGISTERED,
+    QUOTA_DENIAL,
     QUOTA_MEM_KEY,
+    REGISTER_TICK_SECONDS,
     RES_GPU,
     SCHEDULER,
+    SCHEDULER_SERVICE,
     CardState,
     apply_usage,
     is_hami_reason,
@@ -58,6 +63,128 @@ def _check_scheduler(created: Obj) -> None:
         raise CheckFailed(f"schedulerName {SCHEDULER}", f"schedulerName is {sched}", WEBHOOK_CAUSE)
 
 
+# A pod rejected as "node unregistered" is parked by kube-scheduler until an unrelated event or
+# 5 min (podMaxInUnschedulablePodsDuration); one register tick later HAMi knows the node, so a
+# pod created again after a full tick is scheduled at once.
+UNREGISTERED_RETRY_SECONDS = REGISTER_TICK_SECONDS + 1
+# The Service gets its endpoint once the extender labels itself leader (on becoming leader or
+# on its next register tick) and the pod is Ready: two ticks bound the wait.
+ENDPOINTS_WAIT_SECONDS = 2 * REGISTER_TICK_SECONDS
+ENDPOINTS_CAUSE = (
+    "no Ready hami-scheduler pod labelled hami.io/scheduler-role=leader (the extender sets the "
+    "label on its 15 s register tick): scheduler pod down or not leader. The webhook fails open "
+    "meanwhile, so GPU pods would skip HAMi"
+)
+
+
+def _ready_addresses(slices: list[Obj]) -> list[str]:
+    # EndpointSlice API: a nil `ready` condition means ready.
+    return [
+        addr
+        for sl in slices
+        for ep in sl.get("endpoints") or []
+        if (ep.get("conditions") or {}).get("ready") is not False
+        for addr in ep.get("addresses") or []
+    ]
+
+
+def _await_webhook_endpoints(ctx: RunContext, t: Tenant) -> float:
+    """Wait (bounded) until the webhook's Service has a ready endpoint; return seconds waited."""
+    cl = ctx.tenant(t)
+    ns, svc = t.hami_namespace, SCHEDULER_SERVICE
+    t0 = ctx.clock.now()
+
+    def probe() -> tuple[list[str] | None, str]:
+        slices = cl.list_endpoint_slices(ns, svc)
+        ready = _ready_addresses(slices)
+        return (ready or None), f"{len(slices)} EndpointSlice(s) of {ns}/{svc}, no ready endpoint"
+
+    bound = min(ENDPOINTS_WAIT_SECONDS, ctx.timeouts.pod_seconds)
+    try:
+        ctx.wait(probe, f"a ready endpoint of Service {ns}/{svc}", bound)
+    except WaitTimeout as exc:
+        raise CheckFailed(
+            f"a ready endpoint of Service {ns}/{svc} within {bound:g}s", exc.last, ENDPOINTS_CAUSE
+        ) from None
+    return ctx.clock.now() - t0
+
+
+def _webhook_ready(ctx: RunContext, t: Tenant) -> float:
+    """Before a tenant's first GPU pod: the webhook can be reached (waited for once per run)."""
+    if t.name not in ctx.webhook_waits:
+        try:
+            ctx.webhook_waits[t.name] = _await_webhook_endpoints(ctx, t)
+        except CheckFailed as exc:
+            ctx.webhook_waits[t.name] = exc
+    found = ctx.webhook_waits[t.name]
+    if isinstance(found, CheckFailed):
+        raise found
+    return found
+
+
+@dataclass
+class _Attempt:
+    body: Obj
+    created_at: float
+    recreated: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.body["metadata"]["name"]
+
+
+class PodRejected(ClusterError):
+    """The API server refused to create a GPU pod (admission), as opposed to a later failure."""
+
+
+def _create(ctx: RunContext, cl: Cluster, ns: str, body: Obj) -> _Attempt:
+    attempt = _Attempt(body, ctx.clock.now())
+    try:
+        created = ctx.create_pod(cl, ns, body)
+    except ClusterError as exc:
+        raise PodRejected(exc.status, exc.message) from None
+    _check_scheduler(created)
+    return attempt
+
+
+def _unregistered_too_long(ctx: RunContext, attempt: _Attempt, pod: Obj) -> bool:
+    if attempt.recreated or pod.get("spec", {}).get("nodeName"):
+        return False
+    if ctx.clock.now() - attempt.created_at < UNREGISTERED_RETRY_SECONDS:
+        return False
+    return NODE_UNREGISTERED in pending_reason(pod, [])
+
+
+def _await_allocated(
+    ctx: RunContext, cl: Cluster, ns: str, attempt: _Attempt, timeout: float
+) -> Obj:
+    """Wait until the pod is allocated; re-create it once if HAMi had not read its node yet.
+
+    The re-created pod keeps its name, so tracking and cleanup stay as they are. With or without
+    something else requeueing such pods (the lab agent does), this only ever acts on a pod that
+    is still rejected a full register tick after it was created."""
+
+    def probe() -> tuple[Obj | None, str]:
+        pod = cl.get_pod(ns, attempt.name)
+        if _allocated(pod):
+            return pod, _gpu_summary(pod)
+        if pod.get("status", {}).get("phase") in ("Failed", "Succeeded"):
+            raise CheckFailed(
+                f"GPU pod {attempt.name} Running and allocated",
+                f"pod {attempt.name} ended: {_gpu_summary(pod)}",
+                "container exited; check the image and its command",
+            )
+        seen = _gpu_summary(pod)
+        if _unregistered_too_long(ctx, attempt, pod):
+            ctx.delete_pods(cl, ns, [attempt.name])
+            _check_scheduler(ctx.create_pod(cl, ns, attempt.body))
+            attempt.recreated = True
+            seen += f"; re-created after {UNREGISTERED_RETRY_SECONDS}s"
+        return None, seen
+
+    return ctx.wait(probe, f"GPU pod {attempt.name} Running and allocated", timeout)
+
+
 @contextlib.contextmanager
 def gpu_pods(
     ctx: RunContext,
@@ -67,49 +194,59 @@ def gpu_pods(
     namespace: str | None = None,
     timeout: float | None = None,
     wait: bool = True,
+    notes: list[str] | None = None,
 ) -> Iterator[list[Obj]]:
-    """Create GPU pods, wait until all are allocated, yield them, and always delete them."""
+    """Create GPU pods, wait until all are allocated, yield them, and always delete them.
+
+    `notes` collects what the wait had to work around (webhook endpoints, re-created pods)."""
     cl = ctx.tenant(t)
     ns = namespace or ctx.namespace(t)
     names: list[str] = []
-    deadline = ctx.clock.now() + (timeout or ctx.timeouts.pod_seconds)
+    notes = [] if notes is None else notes
     try:
-        created = []
+        waited = _webhook_ready(ctx, t)
+        if waited >= ctx.poll_seconds:
+            notes.append(f"webhook endpoint ready after {waited:.0f}s")
+        deadline = ctx.clock.now() + (timeout or ctx.timeouts.pod_seconds)
+        attempts = []
         for body in bodies:
-            created.append(ctx.create_pod(cl, ns, body))
             names.append(body["metadata"]["name"])
-            _check_scheduler(created[-1])
-        pods = created
+            attempts.append(_create(ctx, cl, ns, body))
+        pods = [a.body for a in attempts]
         if wait:
             pods = []
-            for name in names:
+            for attempt in attempts:
                 left = max(deadline - ctx.clock.now(), 0.001)
                 try:
-                    pods.append(
-                        ctx.wait_pod(
-                            cl,
-                            ns,
-                            name,
-                            _allocated,
-                            f"GPU pod {name} Running and allocated",
-                            left,
-                            _gpu_summary,
-                        )
-                    )
+                    pods.append(_await_allocated(ctx, cl, ns, attempt, left))
                 except WaitTimeout as exc:
                     raise CheckFailed(
                         f"{len(names)} GPU pod(s) Running with bind-phase success",
-                        f"{name}: {exc.last}",
-                        _pending_cause(exc.last),
+                        f"{attempt.name}: {exc.last}",
+                        _pending_cause(exc.last, attempt.recreated),
                     ) from None
                 ctx.record_placement(t, pods[-1])
+            recreated = [a.name for a in attempts if a.recreated]
+            if recreated:
+                notes.append(f"re-created {recreated}: {UNREGISTERED_CAUSE}")
         yield pods
     finally:
         with contextlib.suppress(ClusterError, WaitTimeout, CheckFailed):
             ctx.delete_pods(cl, ns, names)  # leftovers stay tracked for the final cleanup
 
 
-def _pending_cause(seen: str) -> str:
+UNREGISTERED_CAUSE = "HAMi has not read the node's registration yet (15 s tick); retried"
+
+
+def _pending_cause(seen: str, recreated: bool = False) -> str:
+    if NODE_UNREGISTERED in seen:
+        if recreated:
+            return (
+                f"{UNREGISTERED_CAUSE} {UNREGISTERED_RETRY_SECONDS}s after the first try and it "
+                "persists: the extender is not the leader, or cannot parse the node's "
+                "hami.io/node-nvidia-register annotation"
+            )
+        return f"{UNREGISTERED_CAUSE} only after {UNREGISTERED_RETRY_SECONDS}s, beyond this wait"
     if "lock" in seen.lower():
         return BIND_CAUSE
     if "allocating" in seen:
@@ -151,11 +288,15 @@ def webhook(ctx: RunContext, t: Tenant) -> str:
     body = gpu_pod(
         ctx.pod_name("webhook"), ctx.spec.test_image, _labels(ctx, "hami.webhook"), mem_mb=mem
     )
-    with gpu_pods(ctx, t, [body]) as pods:
+    notes: list[str] = []
+    with gpu_pods(ctx, t, [body], notes=notes) as pods:
         pod = pods[0]
-    return (
-        f"schedulerName {SCHEDULER}; {pod['metadata']['name']} allocated on "
-        f"{pod['spec'].get('nodeName')}"
+    return "; ".join(
+        [
+            f"schedulerName {SCHEDULER}",
+            f"{pod['metadata']['name']} allocated on {pod['spec'].get('nodeName')}",
+            *notes,
+        ]
     )
 
 
@@ -388,12 +529,24 @@ def quota(ctx: RunContext, t: Tenant) -> str:
                 ctx, t, q.namespace, body["metadata"]["name"], ("ResourceQuotaNotFit",)
             )
             return f"{ask}MB in {q.namespace} admitted but held Pending: {reason[:100]}"
-    except ClusterError as exc:
-        if exc.status in (400, 403, 422) and "quota" in exc.message.lower():
-            return f"{ask}MB pod in {q.namespace} rejected at admission: {exc.message[:100]}"
+    except PodRejected as exc:
+        if exc.status == 403 and QUOTA_DENIAL in exc.message:
+            return f"{ask}MB pod in {q.namespace} rejected at admission: {exc.message[:140]}"
         raise CheckFailed(
-            "rejection for exceeding the GPU memory quota", str(exc), likely_cause(exc)
+            f"HTTP 403 '{QUOTA_DENIAL}', or Pending with ResourceQuotaNotFit",
+            str(exc),
+            _quota_rejection_cause(exc),
         ) from None
+
+
+def _quota_rejection_cause(exc: ClusterError) -> str:
+    # Kubernetes' ResourceQuota admission: 'exceeded quota: <name>, requested: ...'.
+    if exc.status == 403 and "exceeded quota" in exc.message:
+        return (
+            "another ResourceQuota in the namespace rejected the pod first, so HAMi's GPU "
+            "memory quota was not what refused it"
+        )
+    return likely_cause(exc)
 
 
 # 9 --------------------------------------------------------------------------------------
@@ -417,20 +570,24 @@ def node_lock(ctx: RunContext, t: Tenant) -> str:
     t0 = ctx.clock.now()
     with gpu_pods(ctx, t, bodies, timeout=ctx.timeouts.lock_burst_seconds):
         took = ctx.clock.now() - t0
-        lock = _await_lock_free(ctx, t, node)
+        released = _await_lock_free(ctx, t, node)
     return (
         f"{n} pods back to back on {node} allocated in {took:.1f}s "
-        f"(bound {ctx.timeouts.lock_burst_seconds:g}s); lock free{lock}"
+        f"(bound {ctx.timeouts.lock_burst_seconds:g}s); {released}"
     )
 
 
 def _await_lock_free(ctx: RunContext, t: Tenant, node: str) -> str:
+    """Wait until no node lock is left; describe how long it took after the last bind."""
     cl = ctx.tenant(t)
+    t0 = ctx.clock.now()
 
     def probe() -> tuple[str | None, str]:
         ann = cl.get_node(node).get("metadata", {}).get("annotations") or {}
         held = ann.get(ANN_LOCK)
-        return ("" if not held else None), f"{ANN_LOCK}={held}"
+        if held:
+            return None, f"{ANN_LOCK}={held}"
+        return f"no {ANN_LOCK} on {node} {ctx.clock.now() - t0:.0f}s after the last bind", ""
 
     try:
         return ctx.wait(probe, f"{ANN_LOCK} released on {node}", ctx.timeouts.api_seconds)
