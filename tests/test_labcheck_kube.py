@@ -209,3 +209,13 @@ def test_port_forward_sends_payload_and_reads_reply(cluster, monkeypatch):
     assert theirs.recv(100).startswith(b"GET /") and PF.closed
     theirs.close()
     mine.close()
+
+
+def test_endpoint_slices_are_listed_by_their_service_label(cluster):
+    """T11: EndpointSlices of a Service carry kubernetes.io/service-name=<service>."""
+    http = install(cluster, (200, {"items": [{"endpoints": None}]}))
+    assert cluster.list_endpoint_slices("kube-system", "hami-scheduler") == [{"endpoints": None}]
+    assert http.requests[0].url == (
+        "https://10.0.0.1:6443/apis/discovery.k8s.io/v1/namespaces/kube-system/endpointslices"
+        "?labelSelector=kubernetes.io/service-name%3Dhami-scheduler"
+    )

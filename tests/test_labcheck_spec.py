@@ -166,3 +166,14 @@ def test_load_from_file_and_env(tmp_path):
     assert load_from_env("LABCHECK_SPEC", {"LABCHECK_SPEC": path.read_text()}).stack == "lab"
     with pytest.raises(SpecError, match="LABCHECK_SPEC"):
         load_from_env("LABCHECK_SPEC", {})
+
+
+def test_hami_namespace_defaults_to_where_the_lab_installs_hami():
+    """T11: labcheck looks for the webhook Service in the namespace the lab's release uses."""
+    from components.hami import NAMESPACE
+
+    spec = parse_spec(lab_spec())
+    assert spec.tenants[0].hami_namespace == NAMESPACE == "kube-system"
+    other = lab_spec()
+    other["tenants"][0]["hamiNamespace"] = "hami-system"
+    assert parse_spec(other).tenants[0].hami_namespace == "hami-system"

@@ -67,6 +67,7 @@ def _check_scheduler(created: Obj) -> None:
 # 5 min (podMaxInUnschedulablePodsDuration); one register tick later HAMi knows the node, so a
 # pod created again after a full tick is scheduled at once.
 UNREGISTERED_RETRY_SECONDS = REGISTER_TICK_SECONDS + 1
+UNREGISTERED_CAUSE = "HAMi has not read the node's registration yet (15 s tick); retried"
 # The Service gets its endpoint once the extender labels itself leader (on becoming leader or
 # on its next register tick) and the pod is Ready: two ticks bound the wait.
 ENDPOINTS_WAIT_SECONDS = 2 * REGISTER_TICK_SECONDS
@@ -125,6 +126,7 @@ def _webhook_ready(ctx: RunContext, t: Tenant) -> float:
 @dataclass
 class _Attempt:
     body: Obj
+    created: Obj  # what the API server returned
     created_at: float
     recreated: bool = False
 
@@ -138,13 +140,13 @@ class PodRejected(ClusterError):
 
 
 def _create(ctx: RunContext, cl: Cluster, ns: str, body: Obj) -> _Attempt:
-    attempt = _Attempt(body, ctx.clock.now())
+    at = ctx.clock.now()
     try:
         created = ctx.create_pod(cl, ns, body)
     except ClusterError as exc:
         raise PodRejected(exc.status, exc.message) from None
     _check_scheduler(created)
-    return attempt
+    return _Attempt(body, created, at)
 
 
 def _unregistered_too_long(ctx: RunContext, attempt: _Attempt, pod: Obj) -> bool:
@@ -210,9 +212,9 @@ def gpu_pods(
         deadline = ctx.clock.now() + (timeout or ctx.timeouts.pod_seconds)
         attempts = []
         for body in bodies:
-            names.append(body["metadata"]["name"])
+            names.append(body["metadata"]["name"])  # before creating: cleanup must see it
             attempts.append(_create(ctx, cl, ns, body))
-        pods = [a.body for a in attempts]
+        pods = [a.created for a in attempts]
         if wait:
             pods = []
             for attempt in attempts:
@@ -233,9 +235,6 @@ def gpu_pods(
     finally:
         with contextlib.suppress(ClusterError, WaitTimeout, CheckFailed):
             ctx.delete_pods(cl, ns, names)  # leftovers stay tracked for the final cleanup
-
-
-UNREGISTERED_CAUSE = "HAMi has not read the node's registration yet (15 s tick); retried"
 
 
 def _pending_cause(seen: str, recreated: bool = False) -> str:
