@@ -481,7 +481,8 @@ class FakeServer:
         policy = self.knobs.ignore_policy or ann.get("hami.io/gpu-scheduler-policy", "spread")
         reasons = []
         candidates = [n for n in self.nodes if not want or n == want]
-        if now < self.knobs.registration_read_at:
+        # HAMi knows a node once it read a register annotation there (node add or its tick).
+        if now < self.knobs.registration_read_at or not any(map(self._registered, candidates)):
             self._reject_unregistered(ns, name, pod, candidates, now)
             return
         for node in candidates:

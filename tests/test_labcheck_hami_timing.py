@@ -90,6 +90,43 @@ def test_node_unregistered_that_persists_is_named_as_the_cause():
     assert "hami-scheduler down" not in res.cause
 
 
+@pytest.mark.upstream("hami-registration-read-on-add-and-tick")
+def test_the_retry_waits_a_full_tick_past_the_registration_being_written():
+    """D4: HAMi can only read a registration that exists; when the agent writes it after the
+    pod was created, the re-creation waits a tick past that write, not past the creation."""
+    lab = standard_lab()
+    a = lab.tenant("tenant-a")
+    node = a.nodes["tenant-a-worker-1"]["metadata"]["annotations"]
+    register = node.pop("hami.io/node-nvidia-register")
+    a.knobs.registration_read_at = 20  # the first tick after the write at 10 s
+
+    def agent_writes_at_10(name, args):
+        if a.clock.now() >= 10:
+            node.setdefault("hami.io/node-nvidia-register", register)
+
+    a.hook = agent_writes_at_10
+    creates = spy_creates(a)
+    _, r = run_lab(lab, only=["hami.webhook"])
+    assert r[("hami.webhook", "tenant-a")].status is Status.PASS
+    assert creates == [("lc-t1-webhook", 0.0), ("lc-t1-webhook", 26.0)]
+
+
+def test_no_registration_at_all_blames_the_registering_side():
+    """D4: rejected as unregistered while no node carries the annotation: nothing to retry."""
+    lab = standard_lab()
+    a = lab.tenant("tenant-a")
+    del a.nodes["tenant-a-worker-1"]["metadata"]["annotations"]["hami.io/node-nvidia-register"]
+    creates = spy_creates(a)
+    _, r = run_lab(lab, only=["hami.webhook"])
+    res = r[("hami.webhook", "tenant-a")]
+    assert res.status is Status.FAIL
+    assert res.cause == (
+        "HAMi rejects the node as unregistered and it has no hami.io/node-nvidia-register "
+        "annotation: GPU agent (simulated) or device plugin (real) not registering cards"
+    )
+    assert creates == [("lc-t1-webhook", 0.0)]
+
+
 def test_a_wait_shorter_than_the_tick_says_the_retry_never_came():
     """D4: podSeconds below 16 s ends before the retry; the cause says that, not 'down'."""
     lab = standard_lab()

@@ -12,6 +12,7 @@ from ..hami import (
     ANN_BIND_PHASE,
     ANN_LOCK,
     ANN_NODE,
+    ANN_REGISTER,
     NODE_UNREGISTERED,
     QUOTA_DENIAL,
     QUOTA_MEM_KEY,
@@ -64,8 +65,8 @@ def _check_scheduler(created: Obj) -> None:
 
 
 # A pod rejected as "node unregistered" is parked by kube-scheduler until an unrelated event or
-# 5 min (podMaxInUnschedulablePodsDuration); one register tick later HAMi knows the node, so a
-# pod created again after a full tick is scheduled at once.
+# 5 min (podMaxInUnschedulablePodsDuration); one register tick after the node carries its
+# registration HAMi knows it, so a pod created again after a full tick is scheduled at once.
 UNREGISTERED_RETRY_SECONDS = REGISTER_TICK_SECONDS + 1
 UNREGISTERED_CAUSE = "HAMi has not read the node's registration yet (15 s tick); retried"
 # The Service gets its endpoint once the extender labels itself leader (on becoming leader or
@@ -129,6 +130,7 @@ class _Attempt:
     created: Obj  # what the API server returned
     created_at: float
     recreated: bool = False
+    registered_at: float | None = None  # first seen: a candidate node's register annotation
 
     @property
     def name(self) -> str:
@@ -149,22 +151,41 @@ def _create(ctx: RunContext, cl: Cluster, ns: str, body: Obj) -> _Attempt:
     return _Attempt(body, created, at)
 
 
-def _unregistered_too_long(ctx: RunContext, attempt: _Attempt, pod: Obj) -> bool:
+def _candidate_nodes(t: Tenant, body: Obj) -> list[str]:
+    want = (body["spec"].get("nodeSelector") or {}).get("kubernetes.io/hostname")
+    return [want] if want else t.gpu_nodes()
+
+
+def _registration_written(cl: Cluster, nodes: list[str]) -> bool:
+    for node in nodes:
+        ann = cl.get_node(node).get("metadata", {}).get("annotations") or {}
+        if ann.get(ANN_REGISTER):
+            return True
+    return False
+
+
+def _due_for_recreation(ctx: RunContext, t: Tenant, attempt: _Attempt, pod: Obj) -> bool:
+    """Still rejected as unregistered a full register tick after the pod was created and a
+    node carried its registration (HAMi can only read what is written)."""
     if attempt.recreated or pod.get("spec", {}).get("nodeName"):
         return False
-    if ctx.clock.now() - attempt.created_at < UNREGISTERED_RETRY_SECONDS:
+    if NODE_UNREGISTERED not in pending_reason(pod, []):
         return False
-    return NODE_UNREGISTERED in pending_reason(pod, [])
+    if attempt.registered_at is None:
+        if not _registration_written(ctx.tenant(t), _candidate_nodes(t, attempt.body)):
+            return False
+        attempt.registered_at = ctx.clock.now()
+    since = max(attempt.created_at, attempt.registered_at)
+    return ctx.clock.now() - since >= UNREGISTERED_RETRY_SECONDS
 
 
-def _await_allocated(
-    ctx: RunContext, cl: Cluster, ns: str, attempt: _Attempt, timeout: float
-) -> Obj:
+def _await_allocated(ctx: RunContext, t: Tenant, ns: str, attempt: _Attempt, timeout: float) -> Obj:
     """Wait until the pod is allocated; re-create it once if HAMi had not read its node yet.
 
     The re-created pod keeps its name, so tracking and cleanup stay as they are. With or without
     something else requeueing such pods (the lab agent does), this only ever acts on a pod that
     is still rejected a full register tick after it was created."""
+    cl = ctx.tenant(t)
 
     def probe() -> tuple[Obj | None, str]:
         pod = cl.get_pod(ns, attempt.name)
@@ -177,7 +198,7 @@ def _await_allocated(
                 "container exited; check the image and its command",
             )
         seen = _gpu_summary(pod)
-        if _unregistered_too_long(ctx, attempt, pod):
+        if _due_for_recreation(ctx, t, attempt, pod):
             ctx.delete_pods(cl, ns, [attempt.name])
             _check_scheduler(ctx.create_pod(cl, ns, attempt.body))
             attempt.recreated = True
@@ -220,12 +241,12 @@ def gpu_pods(
             for attempt in attempts:
                 left = max(deadline - ctx.clock.now(), 0.001)
                 try:
-                    pods.append(_await_allocated(ctx, cl, ns, attempt, left))
+                    pods.append(_await_allocated(ctx, t, ns, attempt, left))
                 except WaitTimeout as exc:
                     raise CheckFailed(
                         f"{len(names)} GPU pod(s) Running with bind-phase success",
                         f"{attempt.name}: {exc.last}",
-                        _pending_cause(exc.last, attempt.recreated),
+                        _pending_cause(exc.last, attempt),
                     ) from None
                 ctx.record_placement(t, pods[-1])
             recreated = [a.name for a in attempts if a.recreated]
@@ -237,15 +258,24 @@ def gpu_pods(
             ctx.delete_pods(cl, ns, names)  # leftovers stay tracked for the final cleanup
 
 
-def _pending_cause(seen: str, recreated: bool = False) -> str:
+def _unregistered_cause(attempt: _Attempt | None) -> str:
+    if attempt is not None and attempt.recreated:
+        return (
+            f"{UNREGISTERED_CAUSE} {UNREGISTERED_RETRY_SECONDS}s after the first try and it "
+            f"persists: the extender is not the leader, or cannot parse the node's {ANN_REGISTER} "
+            "annotation"
+        )
+    if attempt is not None and attempt.registered_at is None:
+        return (
+            f"HAMi rejects the node as unregistered and it has no {ANN_REGISTER} annotation: "
+            "GPU agent (simulated) or device plugin (real) not registering cards"
+        )
+    return f"{UNREGISTERED_CAUSE} only after {UNREGISTERED_RETRY_SECONDS}s, beyond this wait"
+
+
+def _pending_cause(seen: str, attempt: _Attempt | None = None) -> str:
     if NODE_UNREGISTERED in seen:
-        if recreated:
-            return (
-                f"{UNREGISTERED_CAUSE} {UNREGISTERED_RETRY_SECONDS}s after the first try and it "
-                "persists: the extender is not the leader, or cannot parse the node's "
-                "hami.io/node-nvidia-register annotation"
-            )
-        return f"{UNREGISTERED_CAUSE} only after {UNREGISTERED_RETRY_SECONDS}s, beyond this wait"
+        return _unregistered_cause(attempt)
     if "lock" in seen.lower():
         return BIND_CAUSE
     if "allocating" in seen:
