@@ -5,7 +5,18 @@ STACK ?= lab
 # Pulumi.yaml's backend: local files, no account. The directory must exist before first use.
 STATE_DIR := $(HOME)/.pulumi-kamaji-hami-lab
 
-.PHONY: up preview destroy test lint check
+.PHONY: up preview destroy test test-real lint check up-ready preview-ready destroy-ready
+
+# What each tool is for the targets below, and how to install it. A target that needs tools
+# names them with $(call require,...): one line per missing tool, before anything else runs.
+INSTALL_pulumi  := curl -fsSL https://get.pulumi.com | sh
+INSTALL_kind    := go install sigs.k8s.io/kind@v0.31.0 (or curl -Lo kind https://kind.sigs.k8s.io/dl/v0.31.0/kind-linux-amd64)
+INSTALL_docker  := Docker Engine, rootful: https://docs.docker.com/engine/install/
+INSTALL_kubectl := https://kubernetes.io/docs/tasks/tools/install-kubectl-linux/
+INSTALL_python3 := Python >= 3.11 with venv, e.g. sudo apt-get install python3 python3-venv
+require = @missing=0; $(foreach t,$(1),command -v $(t) >/dev/null 2>&1 || { echo "missing $(t): $(INSTALL_$(t))"; missing=1; };) exit $$missing
+need_passphrase = @test -n "$$PULUMI_CONFIG_PASSPHRASE" || { \
+	  echo "set PULUMI_CONFIG_PASSPHRASE (it encrypts the stack's secrets)"; exit 1; }
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	python3 -m venv $(VENV)
@@ -13,20 +24,34 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt
 	$(PY) -m pip install --quiet -r requirements-dev.txt
 	touch $@
 
+up-ready:
+	$(call require,pulumi kind docker kubectl python3)
+	$(need_passphrase)
+
 # State lives in ~/.pulumi-kamaji-hami-lab (Pulumi.yaml's backend); secrets use a passphrase.
-up: $(VENV)/.installed
-	@test -n "$$PULUMI_CONFIG_PASSPHRASE" || { \
-	  echo "set PULUMI_CONFIG_PASSPHRASE (it encrypts the stack's secrets)"; exit 1; }
+# The host preflight runs on every `make up` (the program's own step runs only when what it
+# checks changes), against the stack's config and what its last update deployed.
+up: up-ready $(VENV)/.installed
 	mkdir -p $(STATE_DIR)
 	pulumi stack select --create $(STACK)
+	$(PY) -m components.preflight --stack $(STACK)
 	pulumi up --stack $(STACK) $(ARGS)
 
-preview: $(VENV)/.installed
+preview-ready:
+	$(call require,pulumi python3)
+
+preview: preview-ready $(VENV)/.installed
 	mkdir -p $(STATE_DIR)
 	pulumi preview --stack $(STACK) --diff $(ARGS)
 
-destroy:
-	pulumi destroy --stack $(STACK) $(ARGS)
+destroy-ready:
+	$(call require,pulumi)
+	$(need_passphrase)
+
+# Also a broken lab: with the kind node down, every Kubernetes object is unreachable, and the
+# provider then drops it from state instead of failing (only here, never on `up`/refresh).
+destroy: destroy-ready
+	PULUMI_K8S_DELETE_UNREACHABLE=true pulumi destroy --stack $(STACK) $(ARGS)
 
 check: $(VENV)/.installed
 	$(PY) -m labcheck --stack $(STACK)
@@ -37,3 +62,9 @@ lint: $(VENV)/.installed
 
 test: lint
 	$(PY) -m pytest
+
+# Against real programs (Pulumi CLI, kube-apiserver, etcd, kwok, ...) built from the Go module
+# proxy into ${XDG_CACHE_HOME:-~/.cache}/kamaji-hami-lab/real: cold ~25 min, cached seconds.
+test-real: $(VENV)/.installed
+	$(PY) tests/real/binaries.py
+	$(PY) -m pytest tests/real

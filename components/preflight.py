@@ -1,41 +1,109 @@
-"""Host preflight: the kernel settings and tools the lab needs, each with the command that fixes it.
+"""Host preflight: the kernel settings, Docker setup and tools the lab needs, each with its fix.
 
-Run by the program on `pulumi up` (never during preview) before anything touches Docker, and by
-hand: `python -m components.preflight --tenants 2 --workers 2`. Reading the host and judging it
-are separate so the judgement is tested with made-up hosts.
+Run by `make up` before `pulumi up` (`python -m components.preflight --stack lab`), and by the
+program's HostPreflight command on create and on every change of what it checks. Judging the
+host is pure (facts in, findings out) and tested with made-up hosts; reading the host lives in
+`components/host_facts.py`.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
+import ipaddress
+import json
 import re
-import shutil
 import subprocess
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 
+from components.config import ConfigError, LabConfig, parse_config, raw_stack_config
 from components.footprint import Footprint, lab_footprint
+from components.host_facts import DockerFacts, DockerNetwork, HostFacts, Route, read_host_facts
 
 MIN_INOTIFY_INSTANCES = 1024
 MIN_INOTIFY_WATCHES = 524288
-MIN_KIND_VERSION = (0, 31, 0)
-REQUIRED_TOOLS = ("docker", "kind", "kubectl")
+# kind vouches only for the node images listed for its own release; the pinned
+# kindest/node:v1.35.0 digest is v0.31.0's default (v0.32.0 defaults to v1.36.1).
+KIND_MINOR = (0, 31)
+KIND_RELEASE = "v0.31.0"
+
+# kube-proxy's conntrack defaults (kubeadm's KubeProxyConfiguration, which Kamaji installs
+# and re-applies): nf_conntrack_max = max(maxPerCore x CPUs, min), capped from v1.36.0 on.
+CONNTRACK_PER_CPU = 32768
+CONNTRACK_MIN = 131072
+CONNTRACK_CAP = 1048576
+CONNTRACK_CAP_SINCE_MINOR = 36
+
+SYSCTL_D = "/etc/sysctl.d/90-kamaji-hami-lab"
+HASHSIZE = "/sys/module/nf_conntrack/parameters/hashsize"
+SUBNET_CANDIDATES = ("10.213.0.0/16", "10.214.0.0/16", "192.168.213.0/24")
+
+TOOL_INSTALL = {
+    "docker": "install Docker Engine (rootful): https://docs.docker.com/engine/install/",
+    "kind": (
+        f"install kind {KIND_RELEASE}: go install sigs.k8s.io/kind@{KIND_RELEASE}, or curl -Lo "
+        f"./kind https://kind.sigs.k8s.io/dl/{KIND_RELEASE}/kind-linux-amd64 && chmod +x ./kind "
+        "&& sudo mv ./kind /usr/local/bin/kind"
+    ),
+    "kubectl": "install kubectl: https://kubernetes.io/docs/tasks/tools/install-kubectl-linux/",
+}
+
+
+# --- what the lab asks of the host ---------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class HostFacts:
-    cgroup_v2: bool
-    inotify_instances: int
-    inotify_watches: int
-    conntrack_max: int | None  # None: nf_conntrack not loaded yet
-    br_netfilter: bool
-    cpus: int
-    mem_available_mb: int
-    disk_free_gb: float
-    tools: dict[str, str | None] = field(default_factory=dict)  # tool -> version line or None
+class Sizing:
+    """What a run deploys; its record in the command's stdout is the next run's baseline."""
+
+    tenants: int
+    workers: int  # container workers, in all tenants
+
+    @property
+    def footprint(self) -> Footprint:
+        return lab_footprint(self.tenants, self.workers)
+
+    def record(self) -> str:
+        return json.dumps({"tenants": self.tenants, "workers": self.workers})
+
+    @classmethod
+    def from_record(cls, text: str | None) -> Sizing | None:
+        """The last line of a previous run's stdout, or None when there is no usable one."""
+        lines = (text or "").strip().splitlines()
+        try:
+            data = json.loads(lines[-1])
+            return cls(tenants=int(data["tenants"]), workers=int(data["workers"]))
+        except (IndexError, ValueError, KeyError, TypeError):
+            return None
+
+
+@dataclass(frozen=True)
+class HostPlan:
+    sizing: Sizing
+    kube_proxy_versions: tuple[str, ...]  # tenants whose kube-proxy runs in a container here
+    kind_cluster: bool  # the management cluster is kind on this host, on a network we create
+    network_name: str
+    subnet: str
+
+
+def host_plan(cfg: LabConfig) -> HostPlan | None:
+    """What this stack runs on this host; None when nothing does (existing cluster, remote)."""
+    workers = sum(t.container_workers for t in cfg.tenants)
+    kind_cluster = cfg.management_mode == "kind"
+    if not kind_cluster and workers == 0:
+        return None
+    versions = sorted({t.kubernetes_version for t in cfg.tenants if t.container_workers})
+    return HostPlan(
+        sizing=Sizing(tenants=len(cfg.tenants), workers=workers),
+        kube_proxy_versions=tuple(versions),
+        kind_cluster=kind_cluster,
+        network_name=cfg.network_name,
+        subnet=cfg.subnet,
+    )
+
+
+# --- judging the host ----------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -43,13 +111,175 @@ class Finding:
     check: str
     ok: bool
     detail: str
-    fix: str = ""
+    fix: tuple[str, ...] = ()
 
 
-def required_conntrack_max(cpus: int) -> int:
-    # kube-proxy in a worker container tries to raise nf_conntrack_max to this and crash-loops
-    # when it cannot (the setting is the host's); Kamaji reverts any edit of its ConfigMap.
-    return max(32768 * cpus, 131072)
+def _minor(version: str) -> int:
+    return int(version.lstrip("v").split(".")[1])
+
+
+def kube_proxy_conntrack_max(version: str, cpus: int) -> int:
+    """The nf_conntrack_max kube-proxy of `version` writes on a host with `cpus` CPUs.
+
+    It writes whenever the value differs, higher or lower; in a worker container the write
+    fails and kube-proxy exits, so the host must already hold exactly this value.
+    """
+    scaled = CONNTRACK_PER_CPU * cpus
+    if _minor(version) >= CONNTRACK_CAP_SINCE_MINOR and scaled > CONNTRACK_CAP:
+        return CONNTRACK_CAP
+    return max(scaled, CONNTRACK_MIN)
+
+
+def conntrack_findings(
+    conntrack_max: int | None, hashsize: int | None, versions: Sequence[str], cpus: int
+) -> list[Finding]:
+    if not versions:
+        return []  # no tenant kube-proxy in a container on this host
+    wanted: dict[int, list[str]] = {}
+    for version in versions:
+        wanted.setdefault(kube_proxy_conntrack_max(version, cpus), []).append(version)
+    if len(wanted) > 1:
+        claims = "; ".join(f"{', '.join(v)} set {n}" for n, v in sorted(wanted.items()))
+        return [
+            Finding(
+                "nf_conntrack_max",
+                False,
+                f"tenant kube-proxies want different values on {cpus} CPUs ({claims}): "
+                "one group crash-loops whatever the host holds",
+                (
+                    f"give every tenant a version below v1.{CONNTRACK_CAP_SINCE_MINOR} or every "
+                    f"one v1.{CONNTRACK_CAP_SINCE_MINOR}+ (kube-proxy caps at {CONNTRACK_CAP} "
+                    "from v1.36.0), or use a host with at most 32 CPUs",
+                ),
+            )
+        ]
+    ((target, owners),) = wanted.items()
+    load = (
+        "sudo modprobe nf_conntrack",
+        "echo nf_conntrack | sudo tee /etc/modules-load.d/kamaji-hami-lab.conf",
+    )
+    max_fix = (
+        *(load if conntrack_max is None else ()),
+        f"sudo sysctl -w net.netfilter.nf_conntrack_max={target}",
+        f"echo net.netfilter.nf_conntrack_max={target} | sudo tee {SYSCTL_D}-conntrack.conf",
+    )
+    buckets = target // 4
+    hash_fix = (
+        *(load if hashsize is None else ()),
+        f"echo {buckets} | sudo tee {HASHSIZE}",
+        f"echo 'options nf_conntrack hashsize={buckets}' | sudo tee "
+        "/etc/modprobe.d/kamaji-hami-lab.conf",
+    )
+    who = f"kube-proxy {', '.join(owners)} on {cpus} CPUs"
+    return [
+        Finding(
+            "nf_conntrack_max",
+            conntrack_max == target,
+            f"{conntrack_max if conntrack_max is not None else 'nf_conntrack not loaded'} "
+            f"(need exactly {target}: {who} rewrites any other value and crash-loops)",
+            max_fix,
+        ),
+        Finding(
+            "conntrack hashsize",
+            hashsize is not None and hashsize >= buckets,
+            f"{hashsize if hashsize is not None else 'nf_conntrack not loaded'} "
+            f"(need >= {buckets}, a quarter of {target}: {who} raises a smaller one)",
+            hash_fix,
+        ),
+    ]
+
+
+def size_findings(facts: HostFacts, sizing: Sizing, previous: Sizing | None) -> list[Finding]:
+    """CPUs against the whole lab; memory and disk against what a running lab adds.
+
+    A deployed lab already uses the memory and disk it asked for, so a resize (or a re-run)
+    only needs room for the difference. The CPU count does not shrink when the lab runs.
+    """
+    need = sizing.footprint
+    already = previous.footprint if previous else Footprint(0, 0, 0)
+    more_memory = max(need.memory_mb - already.memory_mb, 0)
+    more_disk = max(need.disk_gb - already.disk_gb, 0)
+    running = f", {already.memory_mb} MB of it already running" if previous else ""
+    return [
+        Finding(
+            "CPUs",
+            facts.cpus >= need.cpus,
+            f"{facts.cpus} (lab requests {need.cpus:g})",
+            ("give the host more CPUs or configure fewer tenants/workers",),
+        ),
+        Finding(
+            "memory",
+            facts.mem_available_mb >= more_memory,
+            f"{facts.mem_available_mb} MB available, {more_memory} MB more needed "
+            f"(lab requests {need.memory_mb} MB{running})",
+            ("free memory or configure fewer tenants/workers",),
+        ),
+        Finding(
+            "disk",
+            facts.disk_free_gb >= more_disk,
+            f"{facts.disk_free_gb:.1f} GB free, {more_disk} GB more needed for images",
+            ("free space under Docker's data root",),
+        ),
+    ]
+
+
+def _docker_daemon_fix(error: str) -> tuple[str, ...]:
+    if error == "not on PATH":
+        return (TOOL_INSTALL["docker"],)
+    if "permission denied" in error.lower():
+        return (
+            'sudo usermod -aG docker "$USER" and log in again (or run as a docker group member)',
+        )
+    if "cannot connect" in error.lower() or "is the docker daemon running" in error.lower():
+        return ("sudo systemctl start docker",)
+    return ("make `docker version` reach the daemon (see its error above)",)
+
+
+def docker_findings(docker: DockerFacts) -> list[Finding]:
+    if docker.server_version is None:
+        return [Finding("docker", False, docker.error, _docker_daemon_fix(docker.error))]
+    desktop = "docker desktop" in docker.operating_system.lower()
+    rootless = docker.has_security_option("rootless")
+    engine = (
+        "Docker Desktop" if desktop else "rootless Docker" if rootless else "rootful Docker Engine"
+    )
+    storage = docker.storage_driver.lower()
+    backing = docker.backing_filesystem.lower()
+    dev_mapper = storage in ("btrfs", "zfs", "devicemapper") or backing in ("btrfs", "zfs")
+    return [
+        Finding("docker", True, f"server {docker.server_version}"),
+        Finding(
+            "docker engine",
+            not desktop and not rootless,
+            f"{engine} ({docker.operating_system})",
+            (
+                "Docker Desktop does not expose container networks to the host and rootless "
+                "Docker keeps them in its own network namespace: MetalLB VIPs and tenant API "
+                "addresses are unreachable. Use rootful Docker Engine on Linux "
+                "(docker context use default; sudo systemctl start docker)",
+            ),
+        ),
+        Finding(
+            "userns-remap",
+            not docker.has_security_option("userns"),
+            "enabled" if docker.has_security_option("userns") else "off",
+            (
+                "Docker refuses privileged containers under userns-remap unless they run with "
+                "--userns=host, which kind passes and the lab's workers do not: remove "
+                '"userns-remap" from /etc/docker/daemon.json and sudo systemctl restart docker',
+            ),
+        ),
+        Finding(
+            "storage driver",
+            not dev_mapper,
+            f"{docker.storage_driver or 'unknown'} on {docker.backing_filesystem or 'unknown'}",
+            (
+                "kind mounts /dev/mapper into its nodes on btrfs/zfs/devicemapper so the kubelet "
+                "finds its disk; the lab's workers do not: use overlay2 on ext4 or xfs "
+                '("storage-driver": "overlay2" in /etc/docker/daemon.json)',
+            ),
+        ),
+    ]
 
 
 def _kind_version(line: str | None) -> tuple[int, int, int] | None:
@@ -57,151 +287,244 @@ def _kind_version(line: str | None) -> tuple[int, int, int] | None:
     return tuple(int(g) for g in match.groups()) if match else None  # type: ignore[return-value]
 
 
-def check_host(facts: HostFacts, need: Footprint) -> list[Finding]:
-    conntrack = required_conntrack_max(facts.cpus)
+def tool_findings(tools: dict[str, str | None], kind_cluster: bool) -> list[Finding]:
+    needed = ["kubectl", *(["kind"] if kind_cluster else [])]
     findings = [
         Finding(
-            "cgroup v2",
-            facts.cgroup_v2,
-            "unified cgroup hierarchy" if facts.cgroup_v2 else "host runs cgroup v1",
-            "boot with systemd.unified_cgroup_hierarchy=1 (kindest/node >= v1.35 needs v2)",
-        ),
-        Finding(
-            "inotify instances",
-            facts.inotify_instances >= MIN_INOTIFY_INSTANCES,
-            f"{facts.inotify_instances} (need >= {MIN_INOTIFY_INSTANCES})",
-            f"sudo sysctl -w fs.inotify.max_user_instances={MIN_INOTIFY_INSTANCES}",
-        ),
-        Finding(
-            "inotify watches",
-            facts.inotify_watches >= MIN_INOTIFY_WATCHES,
-            f"{facts.inotify_watches} (need >= {MIN_INOTIFY_WATCHES})",
-            f"sudo sysctl -w fs.inotify.max_user_watches={MIN_INOTIFY_WATCHES}",
-        ),
-        Finding(
-            "nf_conntrack_max",
-            facts.conntrack_max is not None and facts.conntrack_max >= conntrack,
-            f"{facts.conntrack_max} (need >= {conntrack})",
-            "sudo modprobe nf_conntrack && "
-            f"sudo sysctl -w net.netfilter.nf_conntrack_max={conntrack}",
-        ),
-        Finding(
-            "br_netfilter",
-            facts.br_netfilter,
-            "loaded" if facts.br_netfilter else "module not loaded",
-            "sudo modprobe br_netfilter",
-        ),
-        Finding(
-            "CPUs",
-            facts.cpus >= need.cpus,
-            f"{facts.cpus} (lab requests {need.cpus:g})",
-            "give the host more CPUs or configure fewer tenants/workers",
-        ),
-        Finding(
-            "memory",
-            facts.mem_available_mb >= need.memory_mb,
-            f"{facts.mem_available_mb} MB available (lab requests {need.memory_mb} MB)",
-            "free memory or configure fewer tenants/workers",
-        ),
-        Finding(
-            "disk",
-            facts.disk_free_gb >= need.disk_gb,
-            f"{facts.disk_free_gb:.1f} GB free (lab needs {need.disk_gb} GB for images)",
-            "free space under Docker's data root",
-        ),
-    ]
-    for tool in REQUIRED_TOOLS:
-        version = facts.tools.get(tool)
-        findings.append(
-            Finding(tool, version is not None, version or "not on PATH", f"install {tool}")
+            tool,
+            tools.get(tool) is not None,
+            tools.get(tool) or "not on PATH",
+            (TOOL_INSTALL[tool],),
         )
-    kind = _kind_version(facts.tools.get("kind"))
+        for tool in needed
+    ]
+    kind = _kind_version(tools.get("kind")) if kind_cluster else None
     if kind is not None:
-        wanted = ".".join(map(str, MIN_KIND_VERSION))
         findings.append(
             Finding(
                 "kind version",
-                kind >= MIN_KIND_VERSION,
-                f"v{'.'.join(map(str, kind))} (need >= v{wanted})",
-                f"install kind v{wanted} or newer",
+                kind[:2] == KIND_MINOR,
+                f"v{'.'.join(map(str, kind))} (need v{'.'.join(map(str, KIND_MINOR))}.x: the "
+                "pinned node image is its release's default)",
+                (TOOL_INSTALL["kind"],),
             )
         )
     return findings
 
 
-def _read_int(path: Path) -> int | None:
+def subnet_clashes(
+    subnet: str,
+    own_network: str,
+    networks: Iterable[DockerNetwork],
+    routes: Iterable[Route] | None,
+) -> list[str]:
+    """What already uses addresses of `subnet`, except the lab's own network (a re-run)."""
+    lab = ipaddress.ip_network(subnet)
+    own_bridges = {n.bridge for n in networks if n.name == own_network}
+    clashes = [
+        f"docker network {n.name} ({s})"
+        for n in networks
+        if n.name != own_network
+        for s in n.subnets
+        if _overlaps(lab, s)
+    ]
+    clashes += [
+        f"route {r.dst} dev {r.dev}"
+        for r in routes or ()
+        if r.dst != "default" and r.dev not in own_bridges and _overlaps(lab, r.dst)
+    ]
+    return clashes
+
+
+def _overlaps(lab: ipaddress.IPv4Network | ipaddress.IPv6Network, other: str) -> bool:
     try:
-        return int(path.read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
+        return lab.overlaps(ipaddress.ip_network(other, strict=False))
+    except (ValueError, TypeError):
+        return False
 
 
-def _mem_available_mb(meminfo: Path) -> int:
-    try:
-        for line in meminfo.read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) // 1024
-    except OSError:
-        pass
-    return 0
+def free_subnet(taken: Iterable[str]) -> str:
+    """The first candidate nothing on the host uses (the first one when all are used)."""
+    used = [t for t in taken if t != "default"]
+    for candidate in SUBNET_CANDIDATES:
+        if not any(_overlaps(ipaddress.ip_network(candidate), t) for t in used):
+            return candidate
+    return SUBNET_CANDIDATES[0]
 
 
-def _tool_version(tool: str, run: Callable[[list[str]], str]) -> str | None:
-    if shutil.which(tool) is None:
-        return None
-    args = {
-        "docker": ["docker", "version", "--format", "{{.Server.Version}}"],
-        "kind": ["kind", "version"],
-        "kubectl": ["kubectl", "version", "--client"],
-    }[tool]
-    try:
-        return run(args).strip().splitlines()[0] or tool
-    except (OSError, subprocess.SubprocessError, IndexError):
-        # docker without a reachable daemon lands here: the lab cannot run without it.
-        return None
-
-
-def _run(args: list[str]) -> str:
-    return subprocess.run(args, check=True, capture_output=True, text=True, timeout=20).stdout
-
-
-def read_host_facts(root: Path = Path("/"), disk_path: str = "/var/lib/docker") -> HostFacts:
-    proc_sys = root / "proc/sys"
-    usage = shutil.disk_usage(disk_path if os.path.exists(disk_path) else "/")
-    return HostFacts(
-        cgroup_v2=(root / "sys/fs/cgroup/cgroup.controllers").exists(),
-        inotify_instances=_read_int(proc_sys / "fs/inotify/max_user_instances") or 0,
-        inotify_watches=_read_int(proc_sys / "fs/inotify/max_user_watches") or 0,
-        conntrack_max=_read_int(proc_sys / "net/netfilter/nf_conntrack_max"),
-        br_netfilter=(root / "sys/module/br_netfilter").exists(),
-        cpus=os.cpu_count() or 1,
-        mem_available_mb=_mem_available_mb(root / "proc/meminfo"),
-        disk_free_gb=usage.free / 1e9,
-        tools={tool: _tool_version(tool, _run) for tool in REQUIRED_TOOLS},
+def subnet_findings(
+    plan: HostPlan, docker: DockerFacts, routes: Sequence[Route] | None
+) -> list[Finding]:
+    if not plan.kind_cluster or docker.server_version is None:
+        return []  # the network belongs to another stack, or Docker cannot be asked
+    clashes = subnet_clashes(plan.subnet, plan.network_name, docker.networks, routes)
+    if clashes:
+        detail = f"{plan.subnet} overlaps {'; '.join(clashes)}"
+    else:
+        detail = f"{plan.subnet} is free" + (
+            "" if routes is not None else " (no `ip`: routes unread)"
+        )
+    free = free_subnet(
+        [s for n in docker.networks for s in n.subnets] + [r.dst for r in routes or ()]
     )
+    fix = (
+        f"pulumi config set subnet {free} (and drop any pinned gateway, containerRange, "
+        "poolRange or tenant address), or remove what overlaps",
+    )
+    return [Finding("lab subnet", not clashes, detail, fix)]
+
+
+def kernel_findings(facts: HostFacts) -> list[Finding]:
+    return [
+        Finding(
+            "cgroup v2",
+            facts.cgroup_v2,
+            "unified cgroup hierarchy" if facts.cgroup_v2 else "host runs cgroup v1",
+            ("boot with systemd.unified_cgroup_hierarchy=1 (kindest/node >= v1.35 needs v2)",),
+        ),
+        Finding(
+            "inotify instances",
+            facts.inotify_instances >= MIN_INOTIFY_INSTANCES,
+            f"{facts.inotify_instances} (need >= {MIN_INOTIFY_INSTANCES})",
+            (f"sudo sysctl -w fs.inotify.max_user_instances={MIN_INOTIFY_INSTANCES}",),
+        ),
+        Finding(
+            "inotify watches",
+            facts.inotify_watches >= MIN_INOTIFY_WATCHES,
+            f"{facts.inotify_watches} (need >= {MIN_INOTIFY_WATCHES})",
+            (f"sudo sysctl -w fs.inotify.max_user_watches={MIN_INOTIFY_WATCHES}",),
+        ),
+        Finding(
+            "br_netfilter",
+            facts.br_netfilter,
+            "loaded" if facts.br_netfilter else "module not loaded",
+            ("sudo modprobe br_netfilter",),
+        ),
+    ]
+
+
+def check_host(facts: HostFacts, plan: HostPlan, previous: Sizing | None = None) -> list[Finding]:
+    return [
+        *kernel_findings(facts),
+        *conntrack_findings(
+            facts.conntrack_max, facts.conntrack_hashsize, plan.kube_proxy_versions, facts.cpus
+        ),
+        *size_findings(facts, plan.sizing, previous),
+        *docker_findings(facts.docker),
+        *tool_findings(facts.tools, plan.kind_cluster),
+        *subnet_findings(plan, facts.docker, facts.routes),
+    ]
 
 
 def report(findings: list[Finding]) -> str:
     lines = []
     for f in findings:
-        mark = "ok  " if f.ok else "FAIL"
-        lines.append(f"{mark} {f.check:<18} {f.detail}")
+        lines.append(f"{'ok  ' if f.ok else 'FAIL'} {f.check:<18} {f.detail}")
         if not f.ok:
-            lines.append(f"     fix: {f.fix}")
+            lines += [f"     {'fix:' if i == 0 else '    '} {step}" for i, step in enumerate(f.fix)]
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
+# --- the stack, for `make up` --------------------------------------------------------------
+
+Run = Callable[[list[str]], str]
+
+
+def _run(args: list[str]) -> str:
+    return subprocess.run(args, check=True, capture_output=True, text=True, timeout=120).stdout
+
+
+def stack_config_values(config_json: str) -> tuple[dict[str, str], list[str]]:
+    """`pulumi config --json` as Pulumi's config map and its secret keys; secrets stay unread.
+
+    A secret's value is not printed without --show-secrets: a placeholder stands for it, since
+    the preflight needs to know only that it is set.
+    """
+    values, secrets = {}, []
+    for key, entry in json.loads(config_json).items():
+        if entry.get("secret"):
+            secrets.append(key)
+        if "value" in entry:
+            values[key] = entry["value"]
+        elif entry.get("secret"):
+            values[key] = "[secret]"
+    return values, secrets
+
+
+def deployed_sizing(export_json: str) -> Sizing | None:
+    """The record the stack's HostPreflight command left in its stdout at the last update."""
+    resources = json.loads(export_json).get("deployment", {}).get("resources") or []
+    for resource in resources:
+        if resource.get("type") == "command:local:Command" and "HostPreflight$" in resource.get(
+            "urn", ""
+        ):
+            return Sizing.from_record(resource.get("outputs", {}).get("stdout"))
+    return None
+
+
+def plan_from_stack(stack: str, run: Run = _run) -> tuple[HostPlan | None, Sizing | None]:
+    values, secrets = stack_config_values(run(["pulumi", "config", "--stack", stack, "--json"]))
+    cfg = parse_config(raw_stack_config(values, secrets))
+    if not cfg.preflight:
+        return None, None
+    previous = deployed_sizing(run(["pulumi", "stack", "export", "--stack", stack]))
+    return host_plan(cfg), previous
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description="Check this host for the kamaji-hami-lab.")
-    parser.add_argument("--tenants", type=int, required=True)
-    parser.add_argument("--workers", type=int, required=True, help="workers in all tenants")
+    parser.add_argument("--stack", help="read the plan from this stack (pulumi config, state)")
+    parser.add_argument("--tenants", type=int)
+    parser.add_argument("--workers", type=int, help="container workers in all tenants")
+    parser.add_argument(
+        "--kube-proxy-version",
+        action="append",
+        default=[],
+        help="a tenant version with workers here",
+    )
+    parser.add_argument("--network", default="kamaji-hami-lab", help="the lab's Docker network")
+    parser.add_argument("--subnet", default="172.30.0.0/16")
+    parser.add_argument("--kind-cluster", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--previous", help="the stdout of the previous run (its sizing record)")
+    return parser
+
+
+def main(argv: list[str] | None = None, run: Run = _run) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
-    findings = check_host(read_host_facts(), lab_footprint(args.tenants, args.workers))
+    if args.stack:
+        try:
+            plan, previous = plan_from_stack(args.stack, run)
+        except ConfigError as error:
+            print(f"preflight: invalid stack config: {error}", file=sys.stderr)
+            return 1
+        except (OSError, subprocess.SubprocessError) as error:
+            print(f"preflight: cannot read stack {args.stack}: {error}", file=sys.stderr)
+            return 1
+        if plan is None:
+            print(
+                "preflight: skipped (disabled, or nothing of this stack runs on this host)",
+                file=sys.stderr,
+            )
+            return 0
+    elif args.tenants is None or args.workers is None:
+        parser.error("give --stack, or --tenants and --workers")
+    else:
+        plan = HostPlan(
+            sizing=Sizing(args.tenants, args.workers),
+            kube_proxy_versions=tuple(sorted(set(args.kube_proxy_version))),
+            kind_cluster=args.kind_cluster,
+            network_name=args.network,
+            subnet=args.subnet,
+        )
+        previous = Sizing.from_record(args.previous)
+    findings = check_host(read_host_facts(run), plan, previous)
     print(report(findings), file=sys.stderr)
     failed = [f for f in findings if not f.ok]
     if failed:
         print(f"preflight: {len(failed)} check(s) failed; run the fixes above", file=sys.stderr)
         return 1
+    print(plan.sizing.record())  # the baseline the next run of the command compares against
     return 0
 
 

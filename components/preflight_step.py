@@ -1,4 +1,4 @@
-"""HostPreflight: runs the host checks on `pulumi up`, before anything touches Docker."""
+"""HostPreflight: runs the host checks inside `pulumi up`, before anything touches Docker."""
 
 from __future__ import annotations
 
@@ -10,18 +10,40 @@ from pathlib import Path
 import pulumi
 import pulumi_command as command
 
+from components.preflight import HostPlan
+
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 
 
 @dataclass(frozen=True)
 class HostPreflightArgs:
-    tenants: int
-    workers: int
+    plan: HostPlan
 
 
-def preflight_command(tenants: int, workers: int, python: str = sys.executable) -> str:
+def preflight_command(plan: HostPlan, python: str = sys.executable) -> str:
     """The program's own interpreter runs the checks, so the host needs no other Python."""
-    return f"{shlex.quote(python)} -m components.preflight --tenants {tenants} --workers {workers}"
+    args = [
+        python,
+        "-m",
+        "components.preflight",
+        "--tenants",
+        str(plan.sizing.tenants),
+        "--workers",
+        str(plan.sizing.workers),
+        *(a for version in plan.kube_proxy_versions for a in ("--kube-proxy-version", version)),
+        "--network",
+        plan.network_name,
+        "--subnet",
+        plan.subnet,
+        "--kind-cluster" if plan.kind_cluster else "--no-kind-cluster",
+    ]
+    return shlex.join(args)
+
+
+def preflight_update_command(plan: HostPlan, python: str = sys.executable) -> str:
+    """On an update the lab is running: the previous run's stdout (its sizing record, which
+    pulumi-command passes as PULUMI_COMMAND_STDOUT) is the baseline for memory and disk."""
+    return f'{preflight_command(plan, python)} --previous "${{PULUMI_COMMAND_STDOUT:-}}"'
 
 
 class HostPreflight(pulumi.ComponentResource):
@@ -29,12 +51,14 @@ class HostPreflight(pulumi.ComponentResource):
         self, name: str, args: HostPreflightArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         super().__init__("kamaji-hami-lab:index:HostPreflight", name, None, opts)
-        # A Command runs on create only, never in preview; triggers re-check a resized lab.
+        # Never runs in preview. Any change of the plan changes the command line, which is an
+        # update (no triggers: they would replace, and a replacement runs `create` against the
+        # full footprint on a host where the lab already runs). `make up` runs it every time.
         self.check = command.local.Command(
             f"{name}-checks",
-            create=preflight_command(args.tenants, args.workers),
+            create=preflight_command(args.plan),
+            update=preflight_update_command(args.plan),
             dir=str(PROJECT_DIR),
-            triggers=[args.tenants, args.workers],
             opts=pulumi.ResourceOptions(parent=self),
         )
         self.register_outputs({"report": self.check.stderr})

@@ -1,0 +1,142 @@
+"""The Makefile's user targets, run by real `make` against fake tools in a temporary HOME.
+
+Nothing here touches the project's venv, the real Pulumi state or the host: PATH holds only
+the fakes a test puts there, HOME and VENV point into tmp_path.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from pulumi_harness import PROJECT_DIR
+
+MAKE = shutil.which("make") or "make"  # the project's own entry point: no make, no lab
+
+INSTALL_HINTS = {
+    "pulumi": "missing pulumi: curl -fsSL https://get.pulumi.com | sh",
+    "kind": (
+        "missing kind: go install sigs.k8s.io/kind@v0.31.0 "
+        "(or curl -Lo kind https://kind.sigs.k8s.io/dl/v0.31.0/kind-linux-amd64)"
+    ),
+    "docker": "missing docker: Docker Engine, rootful: https://docs.docker.com/engine/install/",
+    "kubectl": "missing kubectl: https://kubernetes.io/docs/tasks/tools/install-kubectl-linux/",
+    "python3": (
+        "missing python3: Python >= 3.11 with venv, e.g. sudo apt-get install python3 python3-venv"
+    ),
+}
+
+
+def fake(bin_dir: Path, name: str, log: Path, exit_code: int = 0) -> None:
+    """A tool that records its arguments (and the env var destroy must set) and exits."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    path = bin_dir / name
+    path.write_text(
+        "#!/bin/sh\n"
+        f'echo "{name} $* [unreachable=${{PULUMI_K8S_DELETE_UNREACHABLE:-unset}}]" >> {log}\n'
+        f"exit {exit_code}\n"
+    )
+    path.chmod(0o755)
+
+
+def make(target: str, tmp_path: Path, bin_dir: Path, **env: str) -> subprocess.CompletedProcess:
+    venv = tmp_path / "venv"
+    return subprocess.run(
+        [MAKE, "--no-print-directory", "-C", str(PROJECT_DIR), target, f"VENV={venv}"],
+        env={"PATH": str(bin_dir), "HOME": str(tmp_path / "home"), **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def ready_venv(tmp_path: Path, log: Path, preflight_exit: int = 0) -> None:
+    """A venv make considers installed, whose python records the preflight's arguments."""
+    fake(tmp_path / "venv" / "bin", "python", log, preflight_exit)
+    (tmp_path / "venv" / ".installed").touch()  # newer than requirements*.txt
+
+
+def test_up_without_any_tool_prints_one_line_per_tool_and_does_nothing(tmp_path: Path):
+    """Issue 9 item 3: before anything else, one line per missing tool with how to install it."""
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    done = make("up", tmp_path, empty, PULUMI_CONFIG_PASSPHRASE="x")
+    assert done.returncode == 2
+    assert done.stdout.splitlines() == [
+        INSTALL_HINTS[t] for t in ("pulumi", "kind", "docker", "kubectl", "python3")
+    ]
+    assert not (tmp_path / "venv").exists() and not (tmp_path / "home").exists()
+
+
+def test_up_names_only_the_tools_that_are_missing(tmp_path: Path):
+    log = tmp_path / "calls.log"
+    bin_dir = tmp_path / "bin"
+    for tool in ("pulumi", "kind", "python3"):
+        fake(bin_dir, tool, log)
+    done = make("up", tmp_path, bin_dir, PULUMI_CONFIG_PASSPHRASE="x")
+    assert done.returncode == 2
+    assert done.stdout.splitlines() == [INSTALL_HINTS["docker"], INSTALL_HINTS["kubectl"]]
+    assert not log.exists()  # no tool ran
+
+
+def tools_on_path(tmp_path: Path, log: Path) -> Path:
+    bin_dir = tmp_path / "bin"
+    for tool in ("pulumi", "kind", "docker", "kubectl", "python3"):
+        fake(bin_dir, tool, log)
+    for tool in ("mkdir",):  # what the recipes themselves run
+        (bin_dir / tool).symlink_to(shutil.which(tool))
+    return bin_dir
+
+
+def test_up_asks_for_the_passphrase_before_it_creates_anything(tmp_path: Path):
+    log = tmp_path / "calls.log"
+    done = make("up", tmp_path, tools_on_path(tmp_path, log))
+    assert done.returncode == 2
+    assert "set PULUMI_CONFIG_PASSPHRASE (it encrypts the stack's secrets)" in done.stdout
+    assert not log.exists() and not (tmp_path / "venv").exists()
+
+
+def test_up_runs_the_preflight_before_pulumi_up(tmp_path: Path):
+    """m6: every `make up` re-checks the host, against the stack, before `pulumi up`."""
+    log = tmp_path / "calls.log"
+    bin_dir = tools_on_path(tmp_path, log)
+    ready_venv(tmp_path, log)
+    done = make("up", tmp_path, bin_dir, PULUMI_CONFIG_PASSPHRASE="x")
+    assert done.returncode == 0, done.stderr
+    assert log.read_text().splitlines() == [
+        "pulumi stack select --create lab [unreachable=unset]",
+        "python -m components.preflight --stack lab [unreachable=unset]",
+        "pulumi up --stack lab [unreachable=unset]",
+    ]
+    assert (tmp_path / "home" / ".pulumi-kamaji-hami-lab").is_dir()
+
+
+def test_a_failed_preflight_stops_make_up_before_pulumi_up(tmp_path: Path):
+    log = tmp_path / "calls.log"
+    bin_dir = tools_on_path(tmp_path, log)
+    ready_venv(tmp_path, log, preflight_exit=1)
+    done = make("up", tmp_path, bin_dir, PULUMI_CONFIG_PASSPHRASE="x")
+    assert done.returncode == 2
+    assert log.read_text().splitlines()[-1].startswith("python -m components.preflight")
+
+
+@pytest.mark.upstream("pulumi-k8s-delete-unreachable-env")
+def test_destroy_lets_the_provider_drop_unreachable_objects(tmp_path: Path):
+    """M5: only `make destroy` sets PULUMI_K8S_DELETE_UNREACHABLE, which the provider reads
+    when its own deleteUnreachable input is unset; destroy needs neither venv nor kind."""
+    log = tmp_path / "calls.log"
+    bin_dir = tmp_path / "bin"
+    fake(bin_dir, "pulumi", log)
+    done = make("destroy", tmp_path, bin_dir, PULUMI_CONFIG_PASSPHRASE="x")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert log.read_text().splitlines() == ["pulumi destroy --stack lab [unreachable=true]"]
+    assert not (tmp_path / "venv").exists()
+
+
+def test_destroy_without_pulumi_says_how_to_install_it(tmp_path: Path):
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    done = make("destroy", tmp_path, empty, PULUMI_CONFIG_PASSPHRASE="x")
+    assert (done.returncode, done.stdout.splitlines()) == (2, [INSTALL_HINTS["pulumi"]])
