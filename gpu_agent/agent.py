@@ -23,6 +23,12 @@ LOG = logging.getLogger("gpu_agent")
 # Bound, unfinished pods only: that is every allocation to finish. A lock owner outside the
 # list (mid-bind, finished or gone) is looked up by GET before its lock is judged.
 POD_SELECTOR = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+# Unbound pods waiting for a scheduler: where pods HAMi rejected as "node unregistered" are.
+UNSCHEDULED_SELECTOR = "spec.nodeName=,status.phase=Pending"
+UNREGISTERED_REASON = "node unregistered"  # HAMi's Filter text for a node it has not read
+# A node annotation only the agent writes: changing it is a Node update event, which makes
+# kube-scheduler retry every pod an extender rejected.
+REQUEUE_ANNOTATION = "gpu-agent.lab/requeue-after-register"
 MAX_CONFLICT_RETRIES = 5
 TERMINAL_PHASES = ("Succeeded", "Failed")
 
@@ -37,11 +43,13 @@ class PassSummary:
     capacity: list[str] = field(default_factory=list)  # nodes whose nvidia.com/gpu we set
     completed: list[str] = field(default_factory=list)  # "ns/pod" set to bind-phase success
     released: list[str] = field(default_factory=list)  # "node ns/pod reason"
+    requeued: list[str] = field(default_factory=list)  # "ns/pod" rejected as node unregistered
     errors: list[str] = field(default_factory=list)
 
     @property
     def actions(self) -> int:
-        return len(self.registered) + len(self.capacity) + len(self.completed) + len(self.released)
+        done = (self.registered, self.capacity, self.completed, self.released, self.requeued)
+        return sum(map(len, done))
 
 
 def _meta(obj: Obj) -> dict[str, Any]:
@@ -106,6 +114,26 @@ class _Pass:
             self.nodes[name] = self.api.patch_node_status(name, patch)
             self.s.capacity.append(name)
             LOG.info("set capacity node=%s %s=%s", name, hami.GPU_RESOURCE, total)
+
+    # pods rejected while HAMi had not read a registration yet
+    def requeue_rejected(self, name: str) -> None:
+        """Touch `name` if some pod was rejected as "node unregistered", so it is retried.
+
+        HAMi reads registrations only on a node add and on its 15 s tick, and writes nothing
+        when it does; kube-scheduler retries a pod an extender rejected only on a cluster
+        event (or after 5 min). Called once HAMi has surely read our registration of `name`.
+        """
+        if name not in self.nodes:
+            return  # gone meanwhile: its next registration schedules another try
+        pods = self.api.list_pods(UNSCHEDULED_SELECTOR).items
+        waiting = sorted(_key(p) for p in pods if _rejected_as_unregistered(p))
+        if not waiting:
+            return
+        version = _meta(self.nodes[name]).get("resourceVersion") or ""
+        body = {"metadata": {"annotations": {REQUEUE_ANNOTATION: version}}}
+        self.nodes[name] = self.api.patch_node_metadata(name, body)  # our key: no precondition
+        self.s.requeued.extend(waiting)
+        LOG.info("requeued pods rejected as unregistered node=%s pods=%s", name, ",".join(waiting))
 
     # allocation completion
     def is_candidate(self, pod: Obj) -> bool:
@@ -248,6 +276,17 @@ def _older(event_obj: Obj, cached: Obj | None) -> bool:
         return False
 
 
+def _rejected_as_unregistered(pod: Obj) -> bool:
+    """The scheduler's PodScheduled=False condition names HAMi's "node unregistered"."""
+    return any(
+        c.get("type") == "PodScheduled"
+        and c.get("status") == "False"
+        and c.get("reason") == "Unschedulable"
+        and UNREGISTERED_REASON in (c.get("message") or "")
+        for c in (pod.get("status") or {}).get("conditions") or []
+    )
+
+
 def _stale_reason(pod: Obj | None, node: str) -> str | None:
     """Why a lock held by `pod` on `node` can go, or None when its owner may still need it."""
     if pod is None:
@@ -292,6 +331,7 @@ class Agent:
         self.gone: set[PodKey] = set()  # left the pod watch: deleted or finished
         self.retry: dict[tuple[str, Any], float] = {}  # ("node"|"pod", key) -> when
         self.owner_wait: dict[str, tuple[str, float]] = {}  # node -> (lock value, when)
+        self.requeue_at: dict[str, float] = {}  # node -> when HAMi has read our registration
         self.failure: BaseException | None = None  # from a watch thread, raised by step()
         self.closed = False
 
@@ -340,15 +380,25 @@ class Agent:
                 if node is not None and _annotations(node).get(hami.LOCK_ANNOTATION) == value:
                     look_up.add(name)  # the same lock, its owner still unseen: GET it now
                     self.dirty_nodes[name] = None
+        settled = [name for name, due in self.requeue_at.items() if due <= now]
         dirty_nodes, dirty_pods, gone = self.dirty_nodes, self.dirty_pods, self.gone
         self.dirty_nodes, self.dirty_pods, self.gone = {}, {}, set()
-        if not (dirty_nodes or dirty_pods or gone):
+        if not (dirty_nodes or dirty_pods or gone or settled):
             return PassSummary()
 
         p = _Pass(self.api, self.config, self.nodes, self.pods)
+        requeue_after = self.config.requeue_after_register_seconds
+        if settled:  # one node event retries every such pod: one check, one touch
+            for name in settled:
+                del self.requeue_at[name]
+            if not p.guard(f"requeue after {settled[0]}", p.requeue_rejected, settled[0]):
+                self.requeue_at[settled[0]] = now + self.config.resync_seconds
         for name in [n for n in self.nodes if n in dirty_nodes]:
+            writes = len(p.s.registered) + len(p.s.capacity)
             if not p.guard(f"register {name}", p.register, name):
                 self.retry[("node", name)] = now + self.config.resync_seconds
+            elif len(p.s.registered) + len(p.s.capacity) > writes and requeue_after:
+                self.requeue_at[name] = now + requeue_after
         for key in dirty_pods:
             pod = self.pods.get(key)
             if (
@@ -388,7 +438,7 @@ class Agent:
 
     def next_due(self) -> float:
         """When step() has work even if no event arrives."""
-        dues = [self._relist_at(), *self.retry.values()]
+        dues = [self._relist_at(), *self.retry.values(), *self.requeue_at.values()]
         dues += [due for _, due in self.owner_wait.values()]
         return min(dues)
 

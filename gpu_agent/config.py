@@ -18,6 +18,7 @@ _TOP_KEYS = {
     "relistSeconds",
     "nodes",
     "nodeLabels",
+    "requeueAfterRegisterSeconds",
 }
 _CARD_KEYS = {"type", "devmem", "devcore", "count"}
 
@@ -47,6 +48,10 @@ class Config:
     # Full LIST + level-triggered pass this often, whatever the watches say: the safety
     # net for a missed event. Also the length of one watch request.
     relist_seconds: float = 60.0
+    # After a registration write, when to make kube-scheduler retry pods that HAMi rejected
+    # with "node unregistered" meanwhile: HAMi reads registrations on a 15 s tick (+2 s
+    # margin). 0 turns it off.
+    requeue_after_register_seconds: float = 17.0
 
 
 def _int(value: Any, where: str, minimum: int = 1) -> int:
@@ -59,6 +64,12 @@ def _int(value: Any, where: str, minimum: int = 1) -> int:
 def _seconds(value: Any, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
         raise ConfigError(f"{where}: expected a positive number of seconds, got {value!r}")
+    return float(value)
+
+
+def _delay(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise ConfigError(f"{where}: expected a number of seconds >= 0, got {value!r}")
     return float(value)
 
 
@@ -93,6 +104,7 @@ def parse_config(raw: Any) -> Config:
     resync = _seconds(raw.get("resyncSeconds", 2), "resyncSeconds")
     busy = _seconds(raw.get("busyResyncSeconds", min(0.5, resync)), "busyResyncSeconds")
     relist = _seconds(raw.get("relistSeconds", 60), "relistSeconds")
+    requeue = _delay(raw.get("requeueAfterRegisterSeconds", 17), "requeueAfterRegisterSeconds")
     nodes_raw = raw.get("nodes")
     if not isinstance(nodes_raw, Mapping) or not nodes_raw:
         raise ConfigError("nodes: expected a non-empty object {nodeName: [card, ...]}")
@@ -106,7 +118,7 @@ def parse_config(raw: Any) -> Config:
         isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
     ):
         raise ConfigError("nodeLabels: expected an object of string values")
-    return Config(split, resync, nodes, busy, dict(labels), relist)
+    return Config(split, resync, nodes, busy, dict(labels), relist, requeue)
 
 
 def load_config(environ: Mapping[str, str] = os.environ) -> Config:

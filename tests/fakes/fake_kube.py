@@ -31,11 +31,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from gpu_agent.agent import Agent
+from gpu_agent.config import Config
 from gpu_agent.kube import ApiError, Conflict, NotFound, ObjList, error_for
 
 Obj = dict[str, Any]
 LOCK = "hami.io/mutex.lock"
 LOCK_EXPIRE_SECONDS = 300
+GPU = "nvidia.com/gpu"
 KUBELET_CAPACITY = {"cpu": "4", "memory": "16310856Ki", "pods": "110"}
 
 
@@ -398,6 +401,10 @@ class FakeKube:
     def agent_calls(self) -> int:
         return len(self.calls)
 
+    def events_since(self, rv: int) -> list[tuple[int, str, str, Obj | None, Obj]]:
+        """Every logged change after `rv`: (rv, resource, type, previous, current)."""
+        return self._events[bisect.bisect_right(self._event_rvs, rv) :]
+
     # ---------------------------------------------------------------- HAMi scheduler
     def schedule(self, ns: str, name: str, node_name: str) -> str:
         """Filter + Bind of HAMi v2.10 for one pod; returns 'bound' or why not."""
@@ -666,3 +673,187 @@ class FakeKube:
             (namespace, name, patch),
             lambda: self._patch(self._pod(namespace, name), patch, "metadata"),
         )
+
+
+# ------------------------------------------------------------------ kube-scheduler + HAMi
+NODE_SCHEDULING_FIELDS = (  # what makes a Node update a scheduling event (besides conditions)
+    ("spec", "unschedulable"),
+    ("spec", "taints"),
+    ("status", "allocatable"),
+    ("metadata", "labels"),
+    ("metadata", "annotations"),
+)
+
+
+def _conditions(node: Obj) -> list[Obj]:
+    return [
+        {k: v for k, v in c.items() if k != "lastHeartbeatTime"}
+        for c in (node.get("status") or {}).get("conditions") or []
+    ]
+
+
+def node_scheduling_change(prev: Obj, cur: Obj) -> bool:
+    """framework.NodeSchedulingPropertiesChange (kube-scheduler v1.35) is not empty."""
+    fields = any(
+        (prev.get(a) or {}).get(b) != (cur.get(a) or {}).get(b) for a, b in NODE_SCHEDULING_FIELDS
+    )
+    return fields or _conditions(prev) != _conditions(cur)
+
+
+@dataclass
+class Queued:
+    """A pod in kube-scheduler's queue: activeQ, backoffQ or the unschedulable pool."""
+
+    where: str = "active"
+    attempts: int = 0
+    last_attempt: float = 0.0
+    since: float = 0.0  # when it entered the unschedulable pool
+
+
+class SchedulerSim:
+    """kube-scheduler v1.35 with HAMi v2.10's extender, in virtual seconds from 0.
+
+    HAMi reads node registrations into its cache only on a node ADDED event and on a 15 s
+    tick, writing nothing when it does; its Filter rejects a node it has not read with
+    "node unregistered". kube-scheduler then puts the pod in the unschedulable pool with
+    the Extender as its rejector: any Node add/delete, any Node update that changes a
+    scheduling property (labels, annotations, allocatable, taints, conditions,
+    unschedulable), any event of a bound pod, or an update of the pod itself moves it to
+    backoff (1 s doubling to 10 s after its last attempt); otherwise it waits 5 min,
+    checked every 30 s. A rejection writes the PodScheduled=False condition if it changed.
+    """
+
+    HAMI_TICK, FLUSH_PERIOD, MAX_UNSCHEDULABLE = 15.0, 30.0, 300.0
+    INITIAL_BACKOFF, MAX_BACKOFF = 1.0, 10.0
+
+    def __init__(self, kube: FakeKube, *, first_tick: float) -> None:
+        self.kube, self.now = kube, 0.0
+        self.next_tick, self.next_flush = first_tick, self.FLUSH_PERIOD
+        self.cursor = kube._rv  # events after this one are still to be handled
+        self.queue: dict[tuple[str, str], Queued] = {}
+        self.bound_at: dict[tuple[str, str], float] = {}
+        self.read: set[str] = set()
+        self._hami_register()
+
+    def run_until(self, now: float) -> None:
+        self.now = now
+        self._take_events()
+        while self.next_tick <= now:  # RegisterFromNodeAnnotations' ticker
+            self._hami_register()
+            self.next_tick += self.HAMI_TICK
+        if now >= self.next_flush:  # flushUnschedulablePodsLeftover
+            self.next_flush += self.FLUSH_PERIOD
+            for q in self.queue.values():
+                if q.where == "unschedulable" and now - q.since > self.MAX_UNSCHEDULABLE:
+                    q.where = "backoff"
+        for key in [k for k, q in self.queue.items() if self._ready(q)]:
+            self._attempt(key)
+
+    def _hami_register(self) -> None:
+        """HAMi's register(): a node counts once it has the annotation and allocatable GPUs."""
+        self.read = {
+            name
+            for name, node in self.kube.nodes.items()
+            if node["metadata"]["annotations"].get("hami.io/node-nvidia-register")
+            and int(((node.get("status") or {}).get("allocatable") or {}).get(GPU, "0")) > 0
+        }
+
+    def _take_events(self) -> None:
+        with self.kube.mutex:
+            events = self.kube.events_since(self.cursor)
+        for rv, resource, kind, prev, cur in events:
+            self.cursor = rv
+            if resource == "nodes":
+                if kind == "ADDED":
+                    self._hami_register()  # HAMi's only node handler besides delete
+                if kind != "MODIFIED" or node_scheduling_change(prev or {}, cur):
+                    self._requeue(self.queue)
+                continue
+            key = (cur["metadata"]["namespace"], cur["metadata"]["name"])
+            if cur["spec"].get("nodeName"):  # an assigned pod's event: every pod may move
+                self.queue.pop(key, None)
+                self._requeue(self.queue)
+            elif kind == "DELETED":
+                self.queue.pop(key, None)
+            elif kind == "ADDED":
+                self.queue[key] = Queued()
+            else:  # the unscheduled pod itself was updated (UpdatePodOther)
+                self._requeue([key])
+
+    def _requeue(self, keys: Any) -> None:
+        for key in list(keys):
+            q = self.queue.get(key)
+            if q is not None and q.where == "unschedulable":
+                q.where = "backoff"
+
+    def _ready(self, q: Queued) -> bool:
+        if q.where == "active":
+            return True
+        backoff = min(self.INITIAL_BACKOFF * 2 ** max(q.attempts - 1, 0), self.MAX_BACKOFF)
+        return q.where == "backoff" and self.now >= q.last_attempt + backoff
+
+    def _attempt(self, key: tuple[str, str]) -> None:
+        q = self.queue[key]
+        q.attempts, q.last_attempt = q.attempts + 1, self.now
+        feasible = sorted(n for n in self.kube.nodes if n in self.read)
+        if not feasible:
+            self._reject(key)
+            q.where, q.since = "unschedulable", self.now
+            return
+        with self.kube.mutex:
+            result = self.kube.schedule(*key, feasible[0])
+        if result == "bound":
+            self.bound_at[key] = self.now
+            del self.queue[key]
+        else:  # a Bind failure (node lock): backoffQ, not unschedulable
+            q.where = "backoff"
+
+    def _reject(self, key: tuple[str, str]) -> None:
+        n = len(self.kube.nodes)
+        condition = {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": "Unschedulable",
+            "message": f"0/{n} nodes are available: {n} node unregistered.",
+        }
+        with self.kube.mutex:
+            pod = self.kube.pods[key]
+            others = [c for c in pod["status"].get("conditions", []) if c["type"] != "PodScheduled"]
+            if [c for c in pod["status"].get("conditions", []) if c not in others] != [condition]:
+                pod["status"]["conditions"] = [*others, condition]
+                self.kube._bump(pod)  # the scheduler's status update: a pod event
+
+
+def rejoin_latency(
+    config: Config, *, first_tick: float, create_at: float, until: float = 400.0
+) -> float | None:
+    """Seconds from creating a GPU pod to its allocation (bind-phase `success`) when the pod
+    is created `create_at` s after its node re-joined, with HAMi's first tick `first_tick` s
+    after the re-join; None if it is still waiting at `until`. Virtual time, 0.25 s steps:
+    the scheduler, then the agent reading both watches and judging."""
+    node = next(iter(config.nodes))
+    kube = FakeKube()
+    kube.add_node(node)
+    now = [0.0]
+    agent = Agent(kube, config, lambda: now[0])
+    for _ in range(2):  # registered long ago: its own requeue look is over too
+        agent.step()
+        agent.follow("nodes", 0)
+        agent.follow("pods", 0)
+        now[0] += max(config.requeue_after_register_seconds, config.resync_seconds) + 1
+    sim = SchedulerSim(kube, first_tick=first_tick)
+    kube.recreate_node(node)  # t = 0: the worker re-joined, a new Node object
+    base, key, t = now[0], ("team-a", "job"), 0.0
+    while t <= until:
+        now[0] = base + t
+        sim.run_until(t)
+        if t >= create_at and key not in kube.pods:
+            kube.add_pod(*key)
+        agent.follow("nodes", 0)
+        agent.follow("pods", 0)
+        agent.step()
+        pod = kube.pods.get(key)
+        if pod and pod["metadata"]["annotations"].get("hami.io/bind-phase") == "success":
+            return t - create_at
+        t += 0.25
+    return None
