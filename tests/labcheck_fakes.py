@@ -106,6 +106,7 @@ class Knobs:
     quota_in_filter: bool = False  # the scheduler's Filter holds an over-quota pod Pending
     smi_reports_card: bool = False  # real mode: HAMi-core not injected
     image_pull_fails: bool = False  # bound and allocated, but the container never starts
+    allocation_skew: str = ""  # "node" | "slice" | "uuid": allocation annotations disagree
     container_exits: bool = False  # bound and allocated, then the container fails
     accept_foreign: bool = False  # authenticate other clusters' tokens (isolation broken)
     dry_run_error: dict[str, str] = field(default_factory=dict)  # plural -> message
@@ -500,6 +501,7 @@ class FakeServer:
             ann["hami.io/vgpu-node"] = node
             ann["hami.io/vgpu-devices-allocated"] = f"{card},NVIDIA,{mem},{cores}:;"
             spec["nodeName"] = node
+            self._skew(ann, card)
             lock = self.nodes[node]["metadata"]["annotations"]
             if self.knobs.image_pull_fails:
                 ann["hami.io/bind-phase"] = "success"
@@ -522,6 +524,18 @@ class FakeServer:
                 lock["hami.io/mutex.lock"] = f"2026-01-01T00:00:00Z,{ns},{name}"
             return
         self._unschedulable(pod, reasons)
+
+    def _skew(self, ann: Obj, card: str) -> None:
+        """Broken accounting on purpose: the annotations HAMi writes disagree with the bind."""
+        skew = self.knobs.allocation_skew
+        if skew == "node":
+            ann["hami.io/vgpu-node"] = "some-other-node"
+        elif skew == "slice":  # gpumem limit not honoured: half the memory asked
+            uuid, vendor, mem, cores = ann["hami.io/vgpu-devices-allocated"][:-2].split(",")
+            ann["hami.io/vgpu-devices-allocated"] = f"{uuid},{vendor},{int(mem) // 2},{cores}:;"
+        elif skew == "uuid":
+            rest = ann["hami.io/vgpu-devices-allocated"].split(",", 1)[1]
+            ann["hami.io/vgpu-devices-allocated"] = f"GPU-unknown,{rest}"
 
     def _reject_unregistered(
         self, ns: str, name: str, pod: Obj, candidates: list[str], now: float

@@ -324,3 +324,51 @@ def test_gpu_placement_pass_skip_and_error():
     res = result(lab, "isolation.gpu-placement")
     assert res.status is Status.ERROR
     assert res.cause == "API server or an aggregated/proxied backend failed"
+
+
+# gpu.sharing --------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("skew", "expected", "cause"),
+    [
+        (
+            "node",
+            "vgpu-node and nodeName tenant-b-worker-1",
+            "scheduler accounting and binding disagree",
+        ),
+        (
+            "slice",
+            "one slice 5758MB/25% on lc-t1-share-0",
+            "HAMi ignored the gpumem/gpucores limits",
+        ),
+        (
+            "uuid",
+            "a card registered on tenant-b-worker-1",
+            "allocation names a card the node does not register",
+        ),
+    ],
+)
+def test_sharing_rejects_allocations_that_disagree_with_the_bind(skew, expected, cause):
+    """Issue 13: each of gpu.sharing's verdicts on the pods' allocation annotations."""
+    lab = standard_lab()
+    lab.tenant("tenant-b").knobs.allocation_skew = skew
+    res = result(lab, "gpu.sharing", "tenant-b")
+    assert res.status is Status.FAIL
+    assert (res.expected, res.cause) == (expected, cause)
+
+
+def test_sharing_with_binpack_ignored_spreads_over_cards():
+    lab = standard_lab()
+    lab.tenant("tenant-b").knobs.ignore_policy = "spread"
+    res = result(lab, "gpu.sharing", "tenant-b")
+    assert res.status is Status.FAIL
+    assert res.expected == "3 binpack pods share one card"
+    assert res.seen == "cards ['GPU-tenant-b-worker-1-0', 'GPU-tenant-b-worker-1-1']"
+    assert res.cause == "binpack annotation ignored (webhook/extender version mismatch?)"
+
+
+def test_sharing_pass_names_the_shared_card_and_the_slices():
+    res = result(standard_lab(), "gpu.sharing", "tenant-b")
+    assert res.status is Status.PASS
+    assert res.evidence == (
+        "3 pods share GPU-tenant-b-worker-1-1 on tenant-b-worker-1: 5758MB/25% each"
+    )
