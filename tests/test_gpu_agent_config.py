@@ -29,25 +29,36 @@ def test_devcore_defaults_to_whole_card():
 
 
 @pytest.mark.parametrize(
-    "raw",
+    ("raw", "message"),
     [
-        [],
-        {"nodes": {}},
-        {"nodes": {"w1": []}},
-        {"nodes": {"w1": [{**A100, "type": "A100"}]}},  # HAMi types start with NVIDIA
-        {"nodes": {"w1": [{**A100, "devmem": 0}]}},
-        {"nodes": {"w1": [{**A100, "devmem": "81920"}]}},
-        {"nodes": {"w1": [{**A100, "count": True}]}},
-        {"nodes": {"w1": [{**A100, "devmen": 1}]}},  # typo
-        {"nodes": {"w1": [A100]}, "splitcount": 10},  # typo
-        {"nodes": {"w1": [A100]}, "splitCount": 0},
-        {"nodes": {"w1": [A100]}, "resyncSeconds": -1},
-        {"nodes": {"w1": [A100]}, "nodeLabels": {"gpu": 1}},
+        ([], "config: expected a JSON object"),
+        ({"nodes": {}}, "nodes: expected a non-empty object"),
+        ({"nodes": {"w1": []}}, r"nodes\.w1: expected a non-empty list"),
+        # HAMi types start with NVIDIA
+        ({"nodes": {"w1": [{**A100, "type": "A100"}]}}, r"nodes\.w1\[0\]\.type: must be"),
+        ({"nodes": {"w1": [{**A100, "devmem": 0}]}}, r"nodes\.w1\[0\]\.devmem: expected an int"),
+        ({"nodes": {"w1": [{**A100, "devmem": "81920"}]}}, r"\.devmem: .* got '81920'"),
+        ({"nodes": {"w1": [{**A100, "count": True}]}}, r"nodes\.w1\[0\]\.count: .* got True"),
+        ({"nodes": {"w1": [{**A100, "devmen": 1}]}}, r"unknown key\(s\) \['devmen'\]"),  # typo
+        ({"nodes": {"w1": [A100]}, "splitcount": 10}, r"config: unknown key\(s\) \['splitcount'\]"),
+        ({"nodes": {"w1": [A100]}, "splitCount": 0}, "splitCount: expected an integer >= 1"),
+        ({"nodes": {"w1": [A100]}, "resyncSeconds": -1}, "resyncSeconds: expected a positive"),
+        ({"nodes": {"w1": [A100]}, "nodeLabels": {"gpu": 1}}, "nodeLabels: expected an object"),
+        (
+            {"nodes": {"w1": [A100]}, "requeueAfterRegisterSeconds": -1},
+            "requeueAfterRegisterSeconds: expected a number of seconds >= 0, got -1",
+        ),
     ],
 )
-def test_bad_config_is_rejected(raw):
-    with pytest.raises(ConfigError):
+def test_bad_config_is_rejected(raw, message):
+    with pytest.raises(ConfigError, match=message):
         parse_config(raw)
+
+
+def test_requeue_delay_defaults_to_hami_tick_plus_margin_and_can_be_off():
+    assert parse_config({"nodes": {"w1": [A100]}}).requeue_after_register_seconds == 17.0
+    off = parse_config({"nodes": {"w1": [A100]}, "requeueAfterRegisterSeconds": 0})
+    assert off.requeue_after_register_seconds == 0.0
 
 
 def test_load_from_env_and_file(tmp_path):
@@ -59,16 +70,27 @@ def test_load_from_env_and_file(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "env",
-    [{}, {"GPU_AGENT_CONFIG": "{nope"}, {"GPU_AGENT_CONFIG_FILE": "/nonexistent/c.json"}],
+    ("env", "message"),
+    [
+        ({}, "set GPU_AGENT_CONFIG \\(JSON\\) or GPU_AGENT_CONFIG_FILE \\(path\\)"),
+        ({"GPU_AGENT_CONFIG": "{nope"}, "config is not valid JSON"),
+        (
+            {"GPU_AGENT_CONFIG_FILE": "/nonexistent/c.json"},
+            "GPU_AGENT_CONFIG_FILE=/nonexistent/c.json",
+        ),
+    ],
 )
-def test_load_errors(env):
-    with pytest.raises(ConfigError):
+def test_load_errors(env, message):
+    with pytest.raises(ConfigError, match=message):
         load_config(env)
 
 
 def test_card_ids_are_stable_and_distinct():
-    assert hami.card_id("w1", 0) == hami.card_id("w1", 0)
+    # Pinned values, not a second call (that would only hit the cache): a changed id after an
+    # upgrade would orphan the scheduler's accounting of every running allocation.
+    assert hami.card_id("w1", 0) == "GPU-5a14291b-51d6-5b01-8d56-d97692a869d5"
+    assert hami.card_id("w1", 1) == "GPU-5d83ca06-f239-5738-92ba-2db0b177be6c"
+    assert hami.card_id.__wrapped__("w1", 0) == hami.card_id("w1", 0)  # the cache adds nothing
     ids = {hami.card_id(n, i) for n in ("w1", "w2") for i in range(4)}
     assert len(ids) == 8
     assert all(i.startswith("GPU-") and len(i) == 40 for i in ids)
