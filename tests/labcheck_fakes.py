@@ -501,7 +501,7 @@ class FakeServer:
             ann["hami.io/vgpu-node"] = node
             ann["hami.io/vgpu-devices-allocated"] = f"{card},NVIDIA,{mem},{cores}:;"
             spec["nodeName"] = node
-            self._skew(ann, card)
+            self._skew(ann)
             lock = self.nodes[node]["metadata"]["annotations"]
             if self.knobs.image_pull_fails:
                 ann["hami.io/bind-phase"] = "success"
@@ -525,7 +525,7 @@ class FakeServer:
             return
         self._unschedulable(pod, reasons)
 
-    def _skew(self, ann: Obj, card: str) -> None:
+    def _skew(self, ann: Obj) -> None:
         """Broken accounting on purpose: the annotations HAMi writes disagree with the bind."""
         skew = self.knobs.allocation_skew
         if skew == "node":
