@@ -34,6 +34,8 @@ def stack_outputs(cfg: LabConfig, lab: Lab) -> dict[str, Any]:
         "poolRange": lab.plan.pool_range,
         "managementContext": lab.management.context,
         "managementKubeconfig": lab.management.kubeconfig,
+        # Which Kamaji charts were installed: tag, commit and the charts' git tree ids.
+        "kamajiChart": lab.kamaji.chart_source if lab.kamaji else None,
         "tenants": {
             name: {
                 "endpoint": parts.control_plane.endpoint,

@@ -1,0 +1,438 @@
+"""The shared platform: kind cluster, its network, the management provider, Kamaji's charts.
+
+Graph facts come from the program run under mocks; how the engine turns them into steps is
+modelled on pulumi/pulumi `pkg/resource/deploy/step_generator.go` (see `replacement_steps`).
+Scripts run against fake executables that record their calls.
+"""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+from pulumi_harness import ProgramRun, Registration, lab_stack_config, run_program
+
+from components.config import ConfigError, parse_config
+from components.kamaji import (
+    KAMAJI_NAMESPACE,
+    KAMAJI_RESOURCES,
+    cached_charts_dir,
+    crds_values,
+    etcd_quota_bytes,
+    kamaji_values,
+    quantity_bytes,
+)
+from components.kamaji_chart import (
+    KAMAJI_GIT_URL,
+    KAMAJI_SOURCES,
+    chart_fetch_script,
+    fetch_environment,
+    kamaji_source,
+)
+from components.management import cluster_identity
+from components.network import MTU_OPTION, bridge_options, docker_default_bridge_mtu
+
+LAB = lab_stack_config()
+PROVIDER = "pulumi:providers:kubernetes"
+COMMAND = "command:local:Command"
+
+
+@pytest.fixture(scope="module")
+def lab() -> ProgramRun:
+    return run_program(LAB)
+
+
+# --- the engine's replacement plan ------------------------------------------------------------
+
+
+def _provider_urn(registration: Registration) -> str:
+    return registration.provider.rsplit("::", 1)[0] if registration.provider else ""
+
+
+def _diff_replaces(registration: Registration, unknown: set[str]) -> bool:
+    """Whether the provider's Diff replaces `registration` when the inputs `unknown` turn
+    unknown (they came from a resource being replaced). Only the providers the platform's
+    replacement goes through are modelled; any other resource is taken as updated in place."""
+    if registration.type == PROVIDER:
+        # pulumi-kubernetes DiffConfig: an identifier that changed (unknown counts) replaces;
+        # one that is set and unchanged clears every replacement, the kubeconfig's included.
+        if "clusterIdentifier" in registration.inputs:
+            return "clusterIdentifier" in unknown
+        return "kubeconfig" in unknown
+    if registration.type == COMMAND:
+        return "triggers" in unknown  # the only replaceOnChanges input of pulumi-command
+    return False
+
+
+def _dependents(run: ProgramRun, root: Registration) -> list[Registration]:
+    """DependingOn(root): later resources reaching root through dependencies or provider."""
+    reached = {root.urn}
+    found = []
+    for registration in run.resources[run.resources.index(root) + 1 :]:
+        if reached & {*registration.dependencies, _provider_urn(registration)}:
+            reached.add(registration.urn)
+            found.append(registration)
+    return found
+
+
+def replacement_steps(run: ProgramRun, root: Registration) -> list[tuple[str, str]]:
+    """The delete and create steps of a replacement of `root`, in execution order.
+
+    Create-before-delete (the default) creates the new `root` first and deletes the old one
+    after every other step. Delete-before-replace first deletes, in reverse order, each
+    dependent that must be replaced: one managed by a provider in the replace set, or one
+    whose Diff replaces it once the inputs that came from the replace set are unknown
+    (`calculateDependentReplacements`); the program then re-creates them ("recreating").
+    """
+    name = root.name
+    if not root.delete_before_replace:
+        return [("create", name), ("delete", name)]
+    replace_set = {root.urn}
+    replaced = []
+    for dependent in _dependents(run, root):
+        if not dependent.custom or dependent.read:
+            continue
+        unknown = {
+            key for key, urns in dependent.property_dependencies.items() if replace_set & set(urns)
+        }
+        if _provider_urn(dependent) in replace_set or (
+            unknown and _diff_replaces(dependent, unknown)
+        ):
+            replace_set.add(dependent.urn)
+            replaced.append(dependent.name)
+    return (
+        [("delete", n) for n in reversed(replaced)]
+        + [("delete", name), ("create", name)]
+        + [("create", n) for n in replaced]
+    )
+
+
+def _managed_by(run: ProgramRun, provider: Registration) -> list[str]:
+    """What the provider creates; its reads (`Resource.get`) are external, never deleted."""
+    return [r.name for r in run.resources if _provider_urn(r) == provider.urn and not r.read]
+
+
+@pytest.mark.upstream(
+    "pulumi-engine-delete-before-replace-deletes-dependents-first",
+    "pulumi-k8s-cluster-identifier-masks-kubeconfig-replace",
+)
+def test_replacing_the_kind_cluster_moves_everything_before_the_old_cluster_goes(lab: ProgramRun):
+    """M1: a node image change replaces the kind Command. It is delete-before-replace, and the
+    provider's identifier comes from it, so the engine deletes everything on the old cluster
+    while that cluster still runs, then the cluster, then builds the new one and re-creates
+    all of it there. Nothing deletes a cluster after the new one exists."""
+    kind = lab.named("management-kind")
+    provider = lab.named("management-provider")
+    steps = replacement_steps(lab, kind)
+    managed = _managed_by(lab, provider)
+    assert {"kamaji-chart", "kamaji-crds", "metallb-chart", "tenant-a-control-plane"} <= set(
+        managed
+    )
+
+    assert steps.count(("delete", kind.name)) == 1
+    delete_cluster = steps.index(("delete", kind.name))
+    create_cluster = steps.index(("create", kind.name))
+    assert delete_cluster < create_cluster
+    for name in [provider.name, *managed]:
+        assert steps.index(("delete", name)) < delete_cluster, name
+        assert steps.index(("create", name)) > create_cluster, name
+
+
+def test_a_constant_identifier_would_leave_the_releases_on_the_deleted_cluster(lab: ProgramRun):
+    """M1, the counter-case that pins the model: with the identifier as a plain string (no
+    dependency on the kind Command) the provider survives the replacement, so nothing it
+    manages is deleted before the cluster is."""
+    provider = copy.deepcopy(lab.named("management-provider"))
+    provider.property_dependencies["clusterIdentifier"] = []
+    run = ProgramRun(resources=[provider if r.name == provider.name else r for r in lab.resources])
+    steps = replacement_steps(run, run.named("management-kind"))
+    assert ("delete", "management-provider") not in steps
+    assert ("delete", "kamaji-chart") not in steps
+
+
+@pytest.mark.upstream("pulumi-command-triggers-replace-on-changes")
+def test_kind_cluster_is_replaced_on_name_image_or_network(lab: ProgramRun):
+    """M1: a new name is a new cluster too. As an update it would run `create` again and
+    start a second cluster next to the first, which nothing deletes."""
+    kind = lab.named("management-kind")
+    network = lab.named("lab-network-bridge")
+    assert kind.inputs["triggers"] == [
+        "kamaji-hami-lab",
+        parse_config(LAB).management_node_image,
+        "kamaji-hami-lab",
+    ]
+    assert kind.property_dependencies["triggers"] == [network.urn]
+
+
+def test_the_management_identity_names_the_cluster_image_network_and_instance(lab: ProgramRun):
+    """M1: the identifier changes with the node image, so the provider's own DiffConfig
+    replaces it on the real run too."""
+    image = parse_config(LAB).management_node_image
+    other = image.rsplit("@", 1)[0].replace("v1.35.0", "v1.35.1") + "@sha256:" + "a" * 64
+    assert cluster_identity("lab", image, "net", "id-1") == (
+        f"kind-lab/net/{image.rsplit('@', 1)[1]}/id-1"
+    )
+    changed = run_program({**LAB, "managementNodeImage": other})
+    before = lab.named("management-provider").inputs["clusterIdentifier"]
+    after = changed.named("management-provider").inputs["clusterIdentifier"]
+    assert before.endswith("/management-kind-id") and after.endswith("/management-kind-id")
+    assert ("a" * 64) in after and before != after
+
+
+@pytest.mark.upstream("pulumi-command-delete-runs-the-old-state")
+def test_kind_delete_takes_the_cluster_name_from_the_state_it_was_created_with(
+    lab: ProgramRun, tmp_path: Path
+):
+    """M1: the engine deletes with the old state's `delete` and environment, so the old
+    cluster's name must come from the environment, not from the new config."""
+    kind = lab.named("management-kind")
+    log = _fake_tools(tmp_path, {"kind": 'echo "kind $*" >> "$CALLS"'})
+    env = {**_tool_env(tmp_path), **kind.inputs["environment"], "KIND_CLUSTER_NAME": "old-lab"}
+    subprocess.run(["bash", "-c", kind.inputs["delete"]], env=env, check=True)
+    assert log.read_text() == "kind delete cluster --name old-lab\n"
+
+
+@pytest.mark.upstream("pulumi-k8s-delete-unreachable-option-overrides-env")
+def test_management_provider_leaves_delete_unreachable_to_make_destroy(lab: ProgramRun):
+    """M5: set on the provider, the option wins over PULUMI_K8S_DELETE_UNREACHABLE and a
+    refresh while the node is down empties the state; unset, only `make destroy` enables it."""
+    provider = lab.named("management-provider")
+    assert "deleteUnreachable" not in provider.inputs
+    assert provider.inputs["clusterIdentifier"].startswith("kind-kamaji-hami-lab/")
+
+
+@pytest.mark.upstream("docker-network-rm-refuses-active-endpoints")
+def test_replacing_the_network_first_removes_the_kind_cluster_attached_to_it(lab: ProgramRun):
+    """M1 (network): the lab network has a fixed name and Docker keeps a network with
+    endpoints, so a new subnet or MTU deletes the kind cluster (and what it runs) first."""
+    network = lab.named("lab-network-bridge")
+    steps = replacement_steps(lab, network)
+    delete_network = steps.index(("delete", network.name))
+    for name in ("management-kind", "management-provider", "kamaji-chart"):
+        assert steps.index(("delete", name)) < delete_network, name
+        assert steps.index(("create", name)) > steps.index(("create", network.name)), name
+
+
+# --- the network's MTU ---------------------------------------------------------------------------
+
+
+def _fake_tools(tmp_path: Path, scripts: dict[str, str]) -> Path:
+    """Executables on a private PATH; each body sees $CALLS, the log they append to."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for name, body in scripts.items():
+        tool = bin_dir / name
+        tool.write_text("#!/bin/bash\nset -eu\n" + textwrap.dedent(body))
+        tool.chmod(0o755)
+    return tmp_path / "calls.log"
+
+
+def _tool_env(tmp_path: Path) -> dict[str, str]:
+    return {
+        "PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin",
+        "CALLS": str(tmp_path / "calls.log"),
+        "HOME": str(tmp_path / "home"),
+        "XDG_CACHE_HOME": str(tmp_path / "cache"),
+    }
+
+
+FAKE_DOCKER = """\
+echo "docker $*" >> "$CALLS"
+[ "$*" = 'network inspect bridge -f {{ index .Options "com.docker.network.driver.mtu" }}' ]
+printf '%s\\n' "$BRIDGE_MTU"
+"""
+
+
+@pytest.mark.upstream("kind-network-mtu-from-default-bridge")
+@pytest.mark.parametrize(("mtu", "expected"), [("1400", 1400), ("", 0), ("<no value>", 0)])
+def test_bridge_mtu_is_read_from_dockers_default_bridge_like_kind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mtu: str, expected: int
+):
+    """m1: kind's getDefaultNetworkMTU: the default bridge's driver MTU option, 0 when absent."""
+    log = _fake_tools(tmp_path, {"docker": FAKE_DOCKER})
+    for key, value in {**_tool_env(tmp_path), "BRIDGE_MTU": mtu}.items():
+        monkeypatch.setenv(key, value)
+    assert docker_default_bridge_mtu() == expected
+    assert log.read_text().count("network inspect bridge") == 1
+
+
+def test_bridge_mtu_is_zero_without_docker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert docker_default_bridge_mtu() == 0
+
+
+@pytest.mark.upstream("kind-network-mtu-from-default-bridge")
+def test_lab_network_carries_the_daemon_mtu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """m1: as kind creates its own network: masquerade, and the MTU only when it is known."""
+    assert bridge_options(0) == {"com.docker.network.bridge.enable_ip_masquerade": "true"}
+    assert bridge_options(1450)[MTU_OPTION] == "1450"
+    _fake_tools(tmp_path, {"docker": FAKE_DOCKER})
+    for key, value in {**_tool_env(tmp_path), "BRIDGE_MTU": "1380"}.items():
+        monkeypatch.setenv(key, value)
+    network = run_program(LAB).named("lab-network-bridge")
+    assert network.inputs["options"] == {
+        "com.docker.network.bridge.enable_ip_masquerade": "true",
+        MTU_OPTION: "1380",
+    }
+    assert network.delete_before_replace is True
+
+
+# --- Kamaji's charts -----------------------------------------------------------------------------
+
+SOURCE = KAMAJI_SOURCES["26.8.2-edge"]
+LOCK = """\
+dependencies:
+- name: kamaji-etcd
+  repository: https://clastix.github.io/charts
+  version: 0.15.0
+digest: sha256:dffc71b76c5711884d1bb4b66dee859e4dc70b149b02b4d36d0c60d299d7c55a
+"""
+FAKE_GIT = """\
+echo "git $* repo_config=${HELM_REPOSITORY_CONFIG:-}" >> "$CALLS"
+if [ "$1" = clone ]; then
+  dest="${@: -1}"
+  mkdir -p "$dest/charts/kamaji" "$dest/charts/kamaji-crds/templates"
+  printf '%s' "$LOCK" > "$dest/charts/kamaji/Chart.lock"
+elif [ "$1 $3 $4" = "-C rev-parse HEAD" ]; then
+  echo "$TAG_COMMIT"
+else
+  exit 2
+fi
+"""
+FAKE_HELM = """\
+echo "helm $* repo_config=${HELM_REPOSITORY_CONFIG:-}" >> "$CALLS"
+if [ "$1 $2" = "dependency build" ]; then
+  mkdir -p "$3/charts" && touch "$3/charts/kamaji-etcd-0.15.0.tgz"
+fi
+"""
+
+
+def _run_fetch(tmp_path: Path, tag_commit: str) -> subprocess.CompletedProcess[str]:
+    env = {
+        **_tool_env(tmp_path),
+        **fetch_environment(SOURCE),
+        "LOCK": LOCK,
+        "TAG_COMMIT": tag_commit,
+    }
+    return subprocess.run(
+        ["bash", "-c", chart_fetch_script()], env=env, capture_output=True, text=True
+    )
+
+
+@pytest.mark.upstream("kamaji-chart-at-the-image-tag", "helm-dependency-build-needs-a-known-repo")
+def test_chart_fetch_puts_the_tags_charts_with_locked_subcharts_in_the_cache(tmp_path: Path):
+    """M3: the tag's charts/kamaji and charts/kamaji-crds, checked against the pinned commit;
+    `helm dependency build` gets the lock's etcd chart through a private repo config (Helm only
+    downloads from repositories it knows); stdout is the directory, and a second run reuses it."""
+    _fake_tools(tmp_path, {"git": FAKE_GIT, "helm": FAKE_HELM})
+    result = _run_fetch(tmp_path, SOURCE.commit)
+    assert result.returncode == 0, result.stderr
+    cached = tmp_path / "cache" / "kamaji-hami-lab" / "kamaji" / SOURCE.commit
+    assert result.stdout == f"{cached}\n"
+    assert (cached / "kamaji" / "charts" / "kamaji-etcd-0.15.0.tgz").is_file()
+    assert (cached / "kamaji-crds" / "templates").is_dir()
+    calls = (tmp_path / "calls.log").read_text().splitlines()
+    clone, rev_parse, repo_add, build = calls
+    assert clone.startswith(f"git clone --quiet --depth 1 --branch 26.8.2-edge {KAMAJI_GIT_URL} ")
+    assert rev_parse.split()[3:5] == ["rev-parse", "HEAD"]
+    repo_config = repo_add.rsplit("repo_config=", 1)[1]
+    assert repo_add.startswith("helm repo add lock-1 https://clastix.github.io/charts ")
+    assert repo_config and not repo_config.startswith(str(tmp_path / "home"))
+    assert build.startswith("helm dependency build ") and build.endswith(repo_config)
+    assert not list((tmp_path / "cache" / "kamaji-hami-lab" / "kamaji").glob(".fetch.*"))
+
+    again = _run_fetch(tmp_path, SOURCE.commit)
+    assert again.stdout == result.stdout
+    assert len((tmp_path / "calls.log").read_text().splitlines()) == 4  # nothing fetched
+
+
+@pytest.mark.upstream("kamaji-chart-at-the-image-tag")
+def test_chart_fetch_refuses_a_tag_that_moved(tmp_path: Path):
+    """M3: a re-pointed tag would be a moving target again: stop and say so."""
+    _fake_tools(tmp_path, {"git": FAKE_GIT, "helm": FAKE_HELM})
+    result = _run_fetch(tmp_path, "f" * 40)
+    assert result.returncode == 1
+    assert f"is now commit {'f' * 40}, not the pinned {SOURCE.commit}" in result.stderr
+    assert "helm" not in (tmp_path / "calls.log").read_text()
+    assert not (tmp_path / "cache" / "kamaji-hami-lab" / "kamaji" / SOURCE.commit).exists()
+
+
+def test_kamaji_tag_without_a_pinned_source_is_a_config_error():
+    with pytest.raises(ConfigError, match=r"kamajiImageTag.*no pinned chart source.*26\.8\.2-edge"):
+        parse_config({**LAB, "kamajiImageTag": "26.9.1-edge"})
+    assert kamaji_source("26.8.2-edge").commit == "ddbabd87ed0e8d7c319414383e153c46f21733a9"
+
+
+def test_a_removed_chart_cache_names_the_fix(tmp_path: Path):
+    assert cached_charts_dir(str(tmp_path)) == str(tmp_path)
+    assert cached_charts_dir("") == ""  # unknown yet (mocks, or a create in preview)
+    with pytest.raises(RuntimeError, match=r"chart cache .*gone.*pulumi up --replace"):
+        cached_charts_dir(str(tmp_path / "gone"))
+
+
+@pytest.mark.upstream(
+    "helm-crds-dir-installed-once", "pulumi-k8s-release-check-skips-unknown-chart"
+)
+def test_kamaji_crds_are_their_own_release_from_the_fetched_charts(lab: ProgramRun):
+    """M3: the CRDs come from the tag's kamaji-crds chart, a release Helm upgrades with the
+    tag; the Kamaji release skips its crds/. Both charts are the fetch step's output, unknown
+    in a first preview, when the provider's Check does not load a chart."""
+    fetch = lab.named("kamaji-charts")
+    crds = lab.named("kamaji-crds")
+    kamaji = lab.named("kamaji-chart")
+    assert fetch.type == COMMAND and fetch.inputs["triggers"] == [SOURCE.tag, SOURCE.commit]
+    assert fetch.inputs["environment"] == fetch_environment(SOURCE)
+    for release, chart in ((crds, "/kamaji-crds"), (kamaji, "/kamaji")):
+        assert release.property_dependencies["chart"] == [fetch.urn]
+        assert release.inputs["chart"].endswith(chart)
+        assert "repositoryOpts" not in release.inputs and "version" not in release.inputs
+        assert release.inputs["namespace"] == KAMAJI_NAMESPACE
+    assert kamaji.inputs["skipCrds"] is True and "skipCrds" not in crds.inputs
+    assert crds.urn in kamaji.dependencies
+    assert lab.named("kamaji-cert-manager").urn in crds.dependencies
+    assert (
+        crds.inputs["values"]
+        == crds_values()
+        == {
+            "kamajiNamespace": "kamaji-system",
+            "kamajiService": "kamaji-webhook-service",
+            "kamajiCertificateName": "kamaji-serving-cert",
+        }
+    )
+
+
+@pytest.mark.upstream("kamaji-chart-values-at-the-tag", "kamaji-etcd-quota-backend-bytes")
+def test_kamaji_values_set_resources_pull_policy_and_an_etcd_quota_inside_the_volume():
+    """m3, m4, m14: explicit resources (Helm merges into the chart's limits 200m/100Mi, which
+    a null may not reach), IfNotPresent for the pinned tag, and an etcd quota below the volume,
+    as a string like the chart's own (a number renders in exponent form)."""
+    values = kamaji_values("26.8.2-edge", 1, "2Gi")
+    assert (
+        values["resources"]
+        == KAMAJI_RESOURCES
+        == {
+            "requests": {"cpu": "50m", "memory": "64Mi"},
+            "limits": {"cpu": "1", "memory": "512Mi"},
+        }
+    )
+    assert values["image"]["pullPolicy"] == "IfNotPresent"
+    etcd = values["kamaji-etcd"]
+    assert etcd["quotaBackendBytes"] == "1610612736"
+    assert int(etcd["quotaBackendBytes"]) < quantity_bytes(etcd["persistentVolumeClaim"]["size"])
+    assert etcd_quota_bytes("512Mi") == 402653184
+    with pytest.raises(ValueError, match=r"kamajiEtcdVolumeSize: '2GB' is not a size"):
+        quantity_bytes("2GB")
+
+
+def test_kamaji_chart_source_is_a_stack_output(lab: ProgramRun):
+    """M3: what was installed, by commit and chart tree (the charts' content digests)."""
+    assert lab.outputs["kamajiChart"] == {
+        "tag": "26.8.2-edge",
+        "commit": "ddbabd87ed0e8d7c319414383e153c46f21733a9",
+        "chartTree": "844f16ac9d4eaf0532b47f263f3ce2556d5633e5",
+        "crdsChartTree": "492465f5b4df1d06c3db5b3d444ecd11a32456a9",
+        "etcdChartVersion": "0.15.0",
+    }
