@@ -5,12 +5,13 @@ import sys
 
 import pulumi
 
-from components.config import ConfigError, parse_config, raw_stack_config
+from components.config import ConfigError, parse_config, read_stack_config
 from components.lab import build_lab
 from components.outputs import stack_outputs
 
 try:
-    cfg = parse_config(raw_stack_config(pulumi.runtime.get_config_env()))
+    # Through pulumi.Config: the same under the CLI and an Automation API inline program.
+    cfg = parse_config(read_stack_config(pulumi.Config()))
 except ConfigError as error:
     # A user error, not a bug: one clear line, no traceback, nothing registered.
     pulumi.log.error(f"invalid stack config: {error}")

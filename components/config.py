@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Annotated, Any, Literal
 
+import pulumi
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -24,7 +25,15 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from components.gpu_models import KNOWN_GPU_MODELS, GpuModel, lookup_model
+from components.gpu_models import (
+    KNOWN_GPU_MODELS,
+    NVML_MOCK_PROFILES,
+    GpuModel,
+    find_by_name,
+    lookup_model,
+    mock_plugin_max_memory_mb,
+    model_table,
+)
 from components.kamaji_chart import kamaji_source
 
 PROJECT = "kamaji-hami-lab"
@@ -82,8 +91,9 @@ class GpuSpec(_Model):
     cores: int = Field(default=100, ge=1, le=100)
     product: str | None = None  # NVML name for a custom model; defaults to the model name
 
-    def resolved(self) -> GpuModel:
-        known = lookup_model(self.model)
+    def resolved(self, table: dict[str, GpuModel] = KNOWN_GPU_MODELS) -> GpuModel:
+        """The card this entry describes, from the model table of its tenant's GPU mode."""
+        known = lookup_model(self.model, table)
         if known is None:
             # the model validator guarantees memory_mb for unknown models
             return GpuModel(self.product or self.model, self.memory_mb or 0, self.cores)
@@ -155,7 +165,8 @@ class TenantConfig(_Model):
     @property
     def cards(self) -> list[GpuModel]:
         """Every card of one GPU worker, in annotation order."""
-        return [gpu.resolved() for gpu in self.gpus for _ in range(gpu.count)]
+        table = model_table(self.gpu_mode)
+        return [gpu.resolved(table) for gpu in self.gpus for _ in range(gpu.count)]
 
 
 class LabConfig(_Model):
@@ -279,20 +290,17 @@ def _check_workers(cfg: LabConfig, tenant: TenantConfig, key: str) -> None:
             )
 
 
-# nvml-mock ships GPU profiles, not arbitrary cards: the model must be one of these.
-NVML_MOCK_PROFILES = {"A100-40GB": "a100", "H100-80GB": "h100", "L40S": "l40s", "T4": "t4"}
-
-
-def _profile_of(model: str) -> str | None:
-    folded = model.casefold()
-    return next((p for m, p in NVML_MOCK_PROFILES.items() if m.casefold() == folded), None)
-
-
 def nvml_mock_profile(tenant: TenantConfig) -> str:
     """The nvml-mock profile of a tenant's single card model (validated by parse_config)."""
-    profile = _profile_of(tenant.gpus[0].model)
+    profile = find_by_name(NVML_MOCK_PROFILES, tenant.gpus[0].model)
     assert profile is not None  # parse_config rejects models without a profile
-    return profile
+    return profile.name
+
+
+# The node's card memory the mock device plugin can advertise (see mock_plugin_max_memory_mb).
+MAX_SIMULATED_NODE_MEMORY_MB = mock_plugin_max_memory_mb()
+# nvml-mock reports its profile's card: nothing of it can be described differently.
+NVML_MOCK_FIXED = {"memory_mb": "memoryMb", "product": "product", "cores": "cores"}
 
 
 def _check_gpu_mode(tenant: TenantConfig, key: str) -> None:
@@ -301,13 +309,39 @@ def _check_gpu_mode(tenant: TenantConfig, key: str) -> None:
             f"{key}.gpuMode",
             "real GPUs need workerMode remote (GPU hosts over SSH): container workers have no GPU",
         )
-    if tenant.gpu_mode != "nvml-mock":
-        return
-    if len(tenant.gpus) != 1 or _profile_of(tenant.gpus[0].model) is None:
+    if tenant.gpu_mode == "simulated":
+        _check_simulated_memory(tenant, key)
+    if tenant.gpu_mode == "nvml-mock":
+        _check_nvml_mock(tenant, key)
+
+
+def _check_simulated_memory(tenant: TenantConfig, key: str) -> None:
+    total = sum(card.memory_mb for card in tenant.cards)
+    if total > MAX_SIMULATED_NODE_MEMORY_MB:
+        raise ConfigError(
+            f"{key}.gpus",
+            f"the cards of one simulated worker total {total} MB; HAMi's mock device plugin "
+            "advertises one device per MB in a single message, which the kubelet caps at 4 MiB: "
+            f"at most {MAX_SIMULATED_NODE_MEMORY_MB} MB per worker (fewer or smaller cards, or "
+            "gpuMode nvml-mock)",
+        )
+
+
+def _check_nvml_mock(tenant: TenantConfig, key: str) -> None:
+    profile = find_by_name(NVML_MOCK_PROFILES, tenant.gpus[0].model) if tenant.gpus else None
+    if len(tenant.gpus) != 1 or profile is None:
         raise ConfigError(
             f"{key}.gpus",
             "nvml-mock simulates one card model per node from its profiles: give exactly one "
             f"entry with a model of {', '.join(NVML_MOCK_PROFILES)}",
+        )
+    fixed = sorted(tenant.gpus[0].model_fields_set & NVML_MOCK_FIXED.keys())
+    if fixed:
+        name, card = NVML_MOCK_FIXED[fixed[0]], profile.card
+        raise ConfigError(
+            f"{key}.gpus[0].{name}",
+            f"nvml-mock reports its profile's card ({card.product}, {card.memory_mb} MiB, "
+            f"{card.cores}%): remove {name}",
         )
 
 
@@ -377,26 +411,70 @@ def parse_config(raw: Mapping[str, Any]) -> LabConfig:
     return cfg
 
 
+# Read as JSON objects (`Config.get_object`); every other key is a scalar.
 STRUCTURED_KEYS = ("tenants",)
+# Kept as SecretStr here and as secret Outputs downstream; set with `pulumi config set --secret`.
+SECRET_KEYS = ("managementKubeconfig", "sshPrivateKey")
+_SCALAR_READERS = {bool: ("get_bool", "true or false"), int: ("get_int", "an integer")}
+_FIELDS_BY_KEY = {field.alias or name: field for name, field in LabConfig.model_fields.items()}
 
 
-def raw_stack_config(config_env: Mapping[str, str]) -> dict[str, Any]:
-    """Picks this project's keys out of Pulumi's config map (``project:key`` -> text).
+def read_stack_config(config: pulumi.Config) -> dict[str, Any]:
+    """This project's stack config, read through Pulumi's own API, ready for ``parse_config``.
 
-    Every key is kept, known or not, so that a typo is rejected rather than ignored.
-    Structured keys arrive as JSON text; scalars stay text and pydantic converts them.
+    The CLI's language host and the Automation API both hand the config, and the list of keys
+    set as secrets, to ``pulumi.runtime.set_all_config``; ``pulumi.Config`` reads it from there,
+    so the program sees the same under both. Every key the stack sets is returned, known or not,
+    so that a typo is refused rather than ignored. The secret keys come back as ``SecretStr``
+    and must have been set as secrets; no other key may be, since the lab puts them in names and
+    plain outputs.
     """
-    raw: dict[str, Any] = {}
-    prefix = f"{PROJECT}:"
-    for full_key, value in config_env.items():
-        if not full_key.startswith(prefix):
-            continue
-        key = full_key.removeprefix(prefix)
-        if key in STRUCTURED_KEYS:
-            try:
-                raw[key] = json.loads(value)
-            except json.JSONDecodeError as error:
-                raise ConfigError(key, f"is not valid structured config: {error}") from None
-        else:
-            raw[key] = value
-    return raw
+    return {key: _read_key(config, key) for key in sorted(_keys_set(config))}
+
+
+def _keys_set(config: pulumi.Config) -> set[str]:
+    # Config.get looks a key up in the runtime's map, then in PULUMI_CONFIG: list both. The SDK
+    # has no public call that lists keys.
+    prefix = f"{config.name}:"
+    names = {*pulumi.runtime.config.CONFIG.get(), *pulumi.runtime.get_config_env()}
+    return {name.removeprefix(prefix) for name in names if name.startswith(prefix)}
+
+
+def _read_key(config: pulumi.Config, key: str) -> Any:
+    value = config.get(key) or ""
+    secret = pulumi.runtime.is_config_secret(config.full_key(key))
+    field = _FIELDS_BY_KEY.get(key)
+    if key in SECRET_KEYS:
+        if value and not secret:
+            raise ConfigError(
+                key, f"is a secret: set it with pulumi config set --secret {key} (it is plain text)"
+            )
+        return SecretStr(value)
+    if secret:
+        if field is None:
+            return SecretStr(value)  # an unknown key: refused by name, its value not shown
+        raise ConfigError(
+            key, "is set as a secret, but the lab uses it in plain text: set it without --secret"
+        )
+    if key in STRUCTURED_KEYS:
+        try:
+            return config.get_object(key)
+        except pulumi.ConfigTypeError:
+            raise ConfigError(key, f"is not valid structured config (JSON): {value!r}") from None
+    getter, expected = _SCALAR_READERS.get(field.annotation if field else None, ("get", ""))
+    try:
+        return getattr(config, getter)(key)
+    except pulumi.ConfigTypeError:
+        raise ConfigError(key, f"must be {expected} (got {value!r})") from None
+
+
+def raw_stack_config(
+    config_map: Mapping[str, str], secret_keys: Collection[str] = ()
+) -> dict[str, Any]:
+    """``read_stack_config`` for Pulumi's config map outside a program (``pulumi config --json``).
+
+    ``config_map`` and ``secret_keys`` use full keys (``kamaji-hami-lab:subnet``), as the CLI
+    passes them to a program; they become this process's runtime config.
+    """
+    pulumi.runtime.set_all_config(dict(config_map), list(secret_keys))
+    return read_stack_config(pulumi.Config(PROJECT))

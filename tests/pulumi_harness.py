@@ -12,7 +12,7 @@ import base64
 import json
 import os
 import runpy
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,10 +52,6 @@ class Registration:
     secret_outputs: list[str]
     custom: bool
     read: bool = False
-    # Options the engine plans a replacement with (M1): delete-before-replace, and which
-    # resources each input came from (their dependents are deleted first).
-    delete_before_replace: bool = False
-    property_dependencies: dict[str, list[str]] = field(default_factory=dict)
 
     def is_secret(self, path: str) -> bool:
         """True when `path` (e.g. `connection.privateKey`) or an enclosing value was secret."""
@@ -154,10 +150,6 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                     secret_inputs=set(_secret_paths(raw)),
                     secret_outputs=list(request.additionalSecretOutputs),
                     custom=request.custom,
-                    delete_before_replace=request.deleteBeforeReplace,
-                    property_dependencies={
-                        key: list(deps.urns) for key, deps in request.propertyDependencies.items()
-                    },
                 )
             )
         return response
@@ -219,6 +211,46 @@ def _await(awaitable: Any) -> Any:
     return pulumi.runtime.mocks._sync_await(awaitable)  # type: ignore[attr-defined]
 
 
+# Keys a user sets with `pulumi config set --secret` (Pulumi.gpu.yaml says how).
+SECRET_CONFIG_KEYS = ("managementKubeconfig", "sshPrivateKey")
+CONFIG_ENV_VARS = ("PULUMI_CONFIG", "PULUMI_CONFIG_SECRET_KEYS")
+
+
+def pass_config(
+    config: dict[str, Any], secret_keys: Collection[str] | None, automation: bool
+) -> dict[str, str | None]:
+    """Hands the stack config to the program as Pulumi does; returns the env vars to restore.
+
+    CLI: pulumi-language-python sets PULUMI_CONFIG and PULUMI_CONFIG_SECRET_KEYS, and its
+    exec script passes both to `set_all_config` (pulumi/pulumi
+    sdk/python/cmd/pulumi-language-python-exec). Automation API inline program:
+    `set_all_config(request.config, request.configSecretKeys)`, no env var
+    (sdk/python/lib/pulumi/automation/_server.py). `secret_keys` default: the
+    SECRET_CONFIG_KEYS present, as a user who followed the docs set them.
+    """
+    saved = {name: os.environ.pop(name, None) for name in CONFIG_ENV_VARS}
+    values = json.loads(config_env(config))
+    if secret_keys is None:
+        secret_keys = [key for key in SECRET_CONFIG_KEYS if key in config]
+    secrets = [f"{PROJECT}:{key}" for key in secret_keys]
+    if automation:
+        pulumi.runtime.set_all_config(values, secrets)
+    else:
+        os.environ["PULUMI_CONFIG"] = json.dumps(values)
+        os.environ["PULUMI_CONFIG_SECRET_KEYS"] = json.dumps(secrets)
+        env = pulumi.runtime.get_config_env()
+        pulumi.runtime.set_all_config(env, pulumi.runtime.get_config_secret_keys_env())
+    return saved
+
+
+def _restore_env(saved: dict[str, str | None]) -> None:
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
 def config_env(config: dict[str, Any]) -> str:
     """PULUMI_CONFIG as the language host passes it: structured values are JSON text."""
     return json.dumps(
@@ -230,18 +262,25 @@ def config_env(config: dict[str, Any]) -> str:
 
 
 def run_program(
-    config: dict[str, Any], *, stack: str = "lab", preview: bool = False, allow_exit: bool = False
+    config: dict[str, Any],
+    *,
+    stack: str = "lab",
+    preview: bool = False,
+    allow_exit: bool = False,
+    secret_keys: Collection[str] | None = None,
+    automation: bool = False,
 ) -> ProgramRun:
-    """Runs __main__.py with this stack config and returns what it registered."""
+    """Runs __main__.py with this stack config and returns what it registered.
+
+    The config reaches the program as under the CLI, or with `automation` as under the
+    Automation API (`pass_config`); `secret_keys` are the keys set as secrets."""
     run = ProgramRun()
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
-    old_env = os.environ.get("PULUMI_CONFIG")
-    os.environ["PULUMI_CONFIG"] = config_env(config)
+    old_env = pass_config(config, secret_keys, automation)
     old_cwd = Path.cwd()
     try:
         os.chdir(PROJECT_DIR)
-        pulumi.runtime.set_all_config({})
         mocks = LabMocks()
         pulumi.runtime.set_mocks(
             mocks,
@@ -272,10 +311,7 @@ def run_program(
         _collect_stack_outputs(run)
     finally:
         os.chdir(old_cwd)
-        if old_env is None:
-            os.environ.pop("PULUMI_CONFIG", None)
-        else:
-            os.environ["PULUMI_CONFIG"] = old_env
+        _restore_env(old_env)
         loop.close()
     return run
 

@@ -3,12 +3,25 @@
 from __future__ import annotations
 
 import copy
+import os
+from collections.abc import Collection
+from typing import Any
 
+import pulumi
 import pytest
 import yaml
-from pulumi_harness import PROJECT_DIR, lab_stack_config
+from pulumi_harness import (
+    FAKE_KUBECONFIG,
+    PROJECT,
+    PROJECT_DIR,
+    lab_stack_config,
+    pass_config,
+    run_program,
+    stack_config,
+)
+from pydantic import SecretStr
 
-from components.config import ConfigError, LabConfig, parse_config, raw_stack_config
+from components.config import ConfigError, LabConfig, parse_config, read_stack_config
 
 LAB = lab_stack_config()
 
@@ -49,21 +62,110 @@ def test_pulumi_yaml_declares_every_key_with_the_model_default():
         assert spec["default"] == defaults[name], name
 
 
-def test_raw_config_keeps_unknown_keys_so_typos_fail():
-    raw = raw_stack_config(
-        {
-            "kamaji-hami-lab:tenants": '[{"name": "a"}]',
-            "kamaji-hami-lab:subnett": "x",
-            "other:key": "ignored",
-        }
-    )
-    assert raw == {"tenants": [{"name": "a"}], "subnett": "x"}
+def read_as_program(
+    config: dict[str, Any], secret_keys: Collection[str] | None = None, *, automation: bool
+) -> dict[str, Any]:
+    """What the program reads when Pulumi hands it this config (see pulumi_harness.pass_config)."""
+    saved = pass_config(config, secret_keys, automation)
+    try:
+        return read_stack_config(pulumi.Config(PROJECT))
+    finally:
+        for name, value in saved.items():
+            os.environ.pop(name, None) if value is None else os.environ.update({name: value})
+        pulumi.runtime.set_all_config({}, [])
+
+
+SSH_KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nfake\n-----END OPENSSH PRIVATE KEY-----\n"
+GPU = {**stack_config("gpu"), "sshPrivateKey": SSH_KEY, "managementKubeconfig": FAKE_KUBECONFIG}
+VIA = pytest.mark.parametrize("automation", [False, True], ids=["cli", "automation-api"])
+
+
+@pytest.mark.upstream("pulumi-python-config-runtime")
+def test_cli_and_automation_api_hand_the_program_the_same_config():
+    """m10: an inline program gets no PULUMI_CONFIG, only set_all_config; both read the same."""
+    cli = read_as_program(GPU, automation=False)
+    inline = read_as_program(GPU, automation=True)
+    assert cli == inline
+    assert cli["tenants"] == GPU["tenants"]
+    assert cli["installPlatform"] is True  # "true" in the stack file, read with get_bool
+    assert cli["sshPrivateKey"] == SecretStr(SSH_KEY)
+    assert parse_config(cli) == parse_config(inline)
+
+
+@pytest.mark.upstream("pulumi-python-config-runtime")
+def test_the_program_runs_as_an_automation_api_inline_program():
+    """m10: before, the program read PULUMI_CONFIG only and saw {} here ("tenants: required")."""
+    run = run_program(LAB, automation=True)
+    tcps = run.of_type("kubernetes:kamaji.clastix.io/v1alpha1:TenantControlPlane")
+    assert sorted(r.name for r in tcps) == ["tenant-a-control-plane", "tenant-b-control-plane"]
+
+
+@VIA
+def test_an_unknown_key_is_kept_so_the_typo_is_named(automation: bool):
+    raw = read_as_program({**LAB, "subnett": "x"}, automation=automation)
+    assert raw["subnett"] == "x"
     assert error_for(raw).key == "subnett"
 
 
-def test_structured_key_that_is_not_json_names_the_key():
-    with pytest.raises(ConfigError, match=r"^tenants: is not valid structured config"):
-        raw_stack_config({"kamaji-hami-lab:tenants": "[{name: a"})
+@VIA
+@pytest.mark.upstream("pulumi-python-config-runtime")
+@pytest.mark.parametrize("key", ["sshPrivateKey", "managementKubeconfig"])
+def test_a_secret_key_set_in_plain_text_is_refused(automation: bool, key: str):
+    others = [other for other in ("sshPrivateKey", "managementKubeconfig") if other != key]
+    with pytest.raises(ConfigError, match=rf"^{key}: is a secret: set it with pulumi config set "):
+        read_as_program(GPU, others, automation=automation)
+
+
+@VIA
+@pytest.mark.upstream("pulumi-python-config-runtime")
+def test_a_plain_key_set_as_a_secret_is_refused_rather_than_leaked(automation: bool):
+    with pytest.raises(ConfigError, match=r"^tenants: is set as a secret, but the lab uses it in"):
+        read_as_program(LAB, secret_keys=["tenants"], automation=automation)
+
+
+def test_an_unknown_secret_key_is_named_without_its_value():
+    raw = read_as_program({**LAB, "sshPrivatKey": SSH_KEY}, ["sshPrivatKey"], automation=True)
+    error = error_for(raw)
+    assert error.key == "sshPrivatKey"
+    assert "Extra inputs" in str(error) and "**********" in str(error)
+    assert "PRIVATE KEY" not in str(error)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("preflight", "yes", "preflight: must be true or false (got 'yes')"),
+        ("hamiSplitCount", "ten", "hamiSplitCount: must be an integer (got 'ten')"),
+        ("tenants", "[{name: a", "tenants: is not valid structured config (JSON): '[{name: a'"),
+    ],
+)
+def test_a_value_pulumi_cannot_read_as_its_type_names_the_key(key: str, value: str, message: str):
+    with pytest.raises(ConfigError) as info:
+        read_as_program({**LAB, key: value}, automation=True)
+    assert str(info.value) == message
+
+
+@VIA
+@pytest.mark.upstream("pulumi-python-config-runtime")
+def test_secret_keys_stay_secret_to_the_end(automation: bool):
+    """Every input or output that carries a secret key's value is a secret, wherever it lands."""
+    run = run_program(GPU, stack="gpu", automation=automation)
+    secrets = (SSH_KEY.strip(), "fake-token")  # the key, the token in the fake kubeconfig
+    for registration in run.resources:
+        for path, text in _strings(registration.inputs):
+            if any(secret in text for secret in secrets):
+                assert registration.is_secret(path), f"{registration.name}: {path}"
+    for name, value in run.outputs.items():
+        if any(secret in text for _, text in _strings(value) for secret in secrets):
+            assert name in run.secret_outputs, name
+
+
+def _strings(value: Any, path: str = "") -> list[tuple[str, str]]:
+    if isinstance(value, dict):
+        return [s for k, v in value.items() for s in _strings(v, f"{path}.{k}" if path else k)]
+    if isinstance(value, list):
+        return [s for i, v in enumerate(value) for s in _strings(v, f"{path}[{i}]")]
+    return [(path, value)] if isinstance(value, str) else []
 
 
 @pytest.mark.parametrize(
@@ -117,11 +219,11 @@ def test_bad_values_stop_with_the_key(raw: dict, key: str, fragment: str):
 def test_custom_gpu_model_needs_memory_and_then_works():
     cfg = parse_config(
         with_tenants(
-            {"name": "a", "gpus": [{"model": "B200", "memoryMb": 183359, "product": "NVIDIA B200"}]}
+            {"name": "a", "gpus": [{"model": "RTX6000", "memoryMb": 97887, "product": "NVIDIA RTX"}]}
         )
     )
     (card,) = cfg.tenants[0].cards
-    assert (card.product, card.memory_mb, card.cores) == ("NVIDIA B200", 183359, 100)
+    assert (card.product, card.memory_mb, card.cores) == ("NVIDIA RTX", 97887, 100)
 
 
 def test_model_names_ignore_case_and_overrides_apply():
