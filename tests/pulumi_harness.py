@@ -52,6 +52,10 @@ class Registration:
     secret_outputs: list[str]
     custom: bool
     read: bool = False
+    # Options the engine plans a replacement with (M1): delete-before-replace, and which
+    # resources each input came from (their dependents are deleted first).
+    delete_before_replace: bool = False
+    property_dependencies: dict[str, list[str]] = field(default_factory=dict)
 
     def is_secret(self, path: str) -> bool:
         """True when `path` (e.g. `connection.privateKey`) or an enclosing value was secret."""
@@ -150,6 +154,10 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                     secret_inputs=set(_secret_paths(raw)),
                     secret_outputs=list(request.additionalSecretOutputs),
                     custom=request.custom,
+                    delete_before_replace=request.deleteBeforeReplace,
+                    property_dependencies={
+                        key: list(deps.urns) for key, deps in request.propertyDependencies.items()
+                    },
                 )
             )
         return response
