@@ -25,7 +25,7 @@ and ``system:kube-scheduler``, kwok and admin in ``system:masters``.
 
 from __future__ import annotations
 
-import contextlib
+import ctypes
 import dataclasses
 import datetime
 import ipaddress
@@ -52,6 +52,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 SERVICE_CIDR = "10.0.0.0/24"
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 FAKE_NODE_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
 COMPONENT_USERS = {
     "admin": ("system:masters",),
@@ -217,6 +218,7 @@ class Process:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # a Ctrl-C of pytest does not reach it first
+                preexec_fn=_die_with_parent,
             )
 
     def running(self) -> bool:
@@ -237,6 +239,12 @@ class Process:
                 os.kill(self.popen.pid, signal.SIGKILL)
                 self.popen.wait(timeout)
         self.popen = None
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGTERM when pytest itself dies (even by SIGKILL), so no
+    test run leaves an API server behind (Linux prctl PR_SET_PDEATHSIG)."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def wait_until(
@@ -280,7 +288,7 @@ def _require_binaries(names: Iterable[str]) -> None:
     missing = [name for name in names if not bin_path(name).exists()]
     if missing:
         raise ControlPlaneError(
-            f"not built: {', '.join(missing)} (in {bin_path('').parent}); "
+            f"not built: {', '.join(missing)} (in {bin_path('')}); "
             "run `make test-real` or `.venv/bin/python tests/real/binaries.py`"
         )
 
@@ -296,6 +304,8 @@ class ControlPlane:
     tokens: dict[str, tuple[str, tuple[str, ...]]]  # user -> (token, groups)
     processes: dict[str, Process]
     audit_log: Path
+    etcd_url: str = ""
+    etcd_data: Path | None = None  # on tmpfs; removed by stop()
 
     @property
     def ca_path(self) -> Path:
@@ -366,9 +376,8 @@ class ControlPlane:
         return process
 
     def _start_etcd(self) -> None:
-        # tmpfs: etcd fsyncs every write; on a disk that dominates the tests' runtime.
         data = Path(tempfile.mkdtemp(prefix=f"etcd-{self.name}-", dir=_tmpfs()))
-        self._etcd_data = data
+        self.etcd_data = data
         client, peer = free_port(), free_port()
         self.etcd_url = f"http://127.0.0.1:{client}"
         peer_url = f"http://127.0.0.1:{peer}"
@@ -508,9 +517,8 @@ class ControlPlane:
         """Stop what this plane started, newest first, each by its own PID; remove etcd's data."""
         for process in reversed(list(self.processes.values())):
             process.stop()
-        data = getattr(self, "_etcd_data", None)
-        if data is not None:
-            shutil.rmtree(data, ignore_errors=True)
+        if self.etcd_data is not None:
+            shutil.rmtree(self.etcd_data, ignore_errors=True)
 
     # -- clients --
 
@@ -572,19 +580,44 @@ class ControlPlane:
         }
         self.kubectl("apply", "-f", "-", input=json.dumps(node))
 
+    def wait_for_object(
+        self,
+        *args: str,
+        condition: Callable[[dict], bool],
+        what: str,
+        timeout: float = 60,
+        user: str = "admin",
+    ) -> dict:
+        """Poll ``kubectl get <args> -o json`` until ``condition`` holds; fail with the last."""
+        deadline = time.monotonic() + timeout
+        last: dict = {}
+        while time.monotonic() < deadline:
+            result = self.kubectl("get", *args, "-o", "json", user=user, check=False)
+            if result.returncode == 0:
+                last = json.loads(result.stdout)
+                if condition(last):
+                    return last
+            time.sleep(0.3)
+        raise ControlPlaneError(
+            f"timed out after {timeout:.0f} s waiting for {what}; last seen:\n"
+            + json.dumps(last, indent=1)[:3000]
+        )
+
+    def create_namespace(self, name: str) -> None:
+        """A namespace pods can be created in: with a full plane, once the controller manager
+        has made its `default` ServiceAccount (admission refuses pods before that)."""
+        self.kubectl("create", "namespace", name)
+        if "kube-controller-manager" in self.processes:
+            self.wait_for_object(
+                "serviceaccount", "default", "-n", name,
+                condition=lambda _: True, what=f"serviceaccount {name}/default",
+            )  # fmt: skip
+
     def service_account_token(self, namespace: str, name: str) -> str:
         """A bound token of a real ServiceAccount (TokenRequest), as a pod would get it."""
         return self.kubectl("create", "token", name, "-n", namespace).stdout.strip()
 
 
-def _tmpfs() -> str:
-    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
-
-
-@contextlib.contextmanager
-def running_control_plane(workdir: Path, **options) -> Iterable[ControlPlane]:
-    plane = ControlPlane.start(workdir, **options)
-    try:
-        yield plane
-    finally:
-        plane.stop()
+def _tmpfs() -> str | None:
+    # etcd fsyncs every write; on tmpfs that costs nothing. Elsewhere: the system temp dir.
+    return "/dev/shm" if os.access("/dev/shm", os.W_OK) else None

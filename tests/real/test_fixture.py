@@ -5,29 +5,20 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
-import json
+import os
 import socket
 import ssl
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
-from controlplane import ControlPlane, certificate, pem_private_key
+from controlplane import certificate, pem_private_key
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-
-
-def wait_for_json(plane: ControlPlane, args: tuple[str, ...], condition, what: str, timeout=60):
-    deadline = time.monotonic() + timeout
-    last: dict = {}
-    while time.monotonic() < deadline:
-        last = plane.get_json(*args)
-        if condition(last):
-            return last
-        time.sleep(0.5)
-    pytest.fail(f"timed out waiting for {what}; last seen:\n{json.dumps(last, indent=1)[:3000]}")
 
 
 def condition_status(obj: dict, kind: str) -> str | None:
@@ -38,24 +29,22 @@ def condition_status(obj: dict, kind: str) -> str | None:
 @pytest.mark.upstream("kwok-v0.8-needs-stages", "kcm-service-account-credentials")
 def test_a_kwok_node_turns_ready_and_runs_a_scheduled_pod(control_plane):
     control_plane.create_fake_node("smoke-node")
-    node = wait_for_json(
-        control_plane,
-        ("node", "smoke-node"),
-        lambda n: condition_status(n, "Ready") == "True" and not n["spec"].get("taints"),
-        "node smoke-node Ready without taints (node lifecycle controller removed not-ready)",
-    )
+    node = control_plane.wait_for_object(
+        "node", "smoke-node",
+        condition=lambda n: condition_status(n, "Ready") == "True" and not n["spec"].get("taints"),
+        what="node smoke-node Ready, without the not-ready taint (node lifecycle controller)",
+    )  # fmt: skip
     assert node["status"]["allocatable"]["pods"]  # kwok's node-initialize stage filled it
 
-    control_plane.kubectl("create", "namespace", "smoke")
+    control_plane.create_namespace("smoke")
     control_plane.kubectl(
         "run", "smoke", "-n", "smoke", "--image=registry.invalid/none:1", "--restart=Never"
     )
-    pod = wait_for_json(
-        control_plane,
-        ("pod", "smoke", "-n", "smoke"),
-        lambda p: p.get("status", {}).get("phase") == "Running",
-        "pod smoke Running",
-    )
+    pod = control_plane.wait_for_object(
+        "pod", "smoke", "-n", "smoke",
+        condition=lambda p: p.get("status", {}).get("phase") == "Running",
+        what="pod smoke Running",
+    )  # fmt: skip
     assert pod["spec"]["nodeName"] == "smoke-node"  # bound by the real kube-scheduler
     assert condition_status(pod, "PodScheduled") == "True"
 
@@ -156,3 +145,61 @@ def _accept_one(listener: socket.socket, context: ssl.SSLContext) -> None:
     connection, _ = listener.accept()
     with connection, contextlib.suppress(ssl.SSLError, OSError):
         context.wrap_socket(connection, server_side=True)
+
+
+FAILING_TEST = """
+def test_fails_with_a_plane(start_control_plane):
+    plane = start_control_plane("doomed", full=False)
+    print("PIDS", *(p.popen.pid for p in plane.processes.values()), flush=True)
+    assert False, "this test fails on purpose"
+"""
+REAL_DIR = Path(__file__).resolve().parent
+
+
+def pids_printed(output: str) -> list[int]:
+    line = next(line for line in output.splitlines() if line.startswith("PIDS "))
+    return [int(pid) for pid in line.split()[1:]]
+
+
+def test_a_failing_test_still_stops_its_planes(tmp_path):
+    (tmp_path / "test_doomed.py").write_text(FAILING_TEST)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REAL_DIR), str(REAL_DIR.parent)])}
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-s", "-q", "-p", "conftest", "--rootdir", str(tmp_path),
+         "-c", os.devnull, str(tmp_path / "test_doomed.py")],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "this test fails on purpose" in result.stdout
+    pids = pids_printed(result.stdout)
+    assert len(pids) == 2
+    assert [pid for pid in pids if _alive(pid)] == []
+
+
+KILLED_RUNNER = """
+import sys, time
+from pathlib import Path
+from controlplane import ControlPlane
+plane = ControlPlane.start(Path(sys.argv[1]), name="orphan", full=False)
+print("PIDS", *(p.popen.pid for p in plane.processes.values()), flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_killed_test_run_leaves_no_process_behind(tmp_path):
+    """SIGKILL gives pytest no teardown: the children die with it (PR_SET_PDEATHSIG)."""
+    runner = subprocess.Popen(
+        [sys.executable, "-c", KILLED_RUNNER, str(tmp_path / "plane")],
+        env={**os.environ, "PYTHONPATH": str(REAL_DIR)},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert runner.stdout is not None
+    pids = pids_printed(runner.stdout.readline())
+    assert all(_alive(pid) for pid in pids)
+    runner.kill()
+    runner.wait(10)
+    deadline = time.monotonic() + 10
+    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert [pid for pid in pids if _alive(pid)] == []

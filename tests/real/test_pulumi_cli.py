@@ -2,8 +2,9 @@
 
 It must accept the project (Pulumi.yaml) and the stack's config, and run the program: the
 program's components show up in the plan. The run then stops where this machine has to stop:
-at the first provider plugin download (docker, command; plugin downloads are pointed at a closed
-loopback port so that the result does not depend on the network). That must be the only error.
+at the first provider plugin download (docker, command, kubernetes; downloads are pointed at a
+closed loopback port, so the result does not depend on the network). That must be the only
+error.
 B1 was the counter-example: the CLI refused the config before the program ran.
 """
 
@@ -26,7 +27,7 @@ PASSPHRASE = "real-tier-passphrase"
 NOT_PART_OF_THE_PROGRAM = (".git", ".venv", "tests", "docs", "benchmarks", "reports")
 PLUGIN_ERROR = re.compile(
     r"error: Could not automatically download and install resource plugin "
-    r"'pulumi-resource-(docker|command)' at version v[\d.]+"
+    r"'pulumi-resource-(docker|command|kubernetes)' at version v[\d.]+"
 )
 # The components each stack registers before its first provider resource.
 FIRST_COMPONENTS = {
