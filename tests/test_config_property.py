@@ -221,7 +221,7 @@ PROGRAM_CONFIG = st.fixed_dictionaries(
 def test_program_registers_one_control_plane_per_tenant_and_one_container_per_worker(
     config: dict[str, Any],
 ):
-    # Exactly what the program sees: PULUMI_CONFIG text, decoded by raw_stack_config.
+    # Exactly what the program reads: the config map through pulumi.Config (raw_stack_config).
     seen = raw_stack_config(json.loads(config_env(config)))
     try:
         cfg = parse_config(seen)
