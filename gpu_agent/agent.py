@@ -123,8 +123,6 @@ class _Pass:
         when it does; kube-scheduler retries a pod an extender rejected only on a cluster
         event (or after 5 min). Called once HAMi has surely read our registration of `name`.
         """
-        if name not in self.nodes:
-            return  # gone meanwhile: its next registration schedules another try
         pods = self.api.list_pods(UNSCHEDULED_SELECTOR).items
         waiting = sorted(_key(p) for p in pods if _rejected_as_unregistered(p))
         if not waiting:
@@ -387,18 +385,18 @@ class Agent:
             return PassSummary()
 
         p = _Pass(self.api, self.config, self.nodes, self.pods)
-        requeue_after = self.config.requeue_after_register_seconds
-        if settled:  # one node event retries every such pod: one check, one touch
-            for name in settled:
-                del self.requeue_at[name]
-            if not p.guard(f"requeue after {settled[0]}", p.requeue_rejected, settled[0]):
-                self.requeue_at[settled[0]] = now + self.config.resync_seconds
+        for name in settled:
+            del self.requeue_at[name]
+        # One node event retries every such pod: one look and at most one touch.
+        target = next((name for name in settled if name in self.nodes), None)
+        if target and not p.guard(f"requeue after {target}", p.requeue_rejected, target):
+            self.requeue_at[target] = now + self.config.resync_seconds
         for name in [n for n in self.nodes if n in dirty_nodes]:
-            writes = len(p.s.registered) + len(p.s.capacity)
             if not p.guard(f"register {name}", p.register, name):
                 self.retry[("node", name)] = now + self.config.resync_seconds
-            elif len(p.s.registered) + len(p.s.capacity) > writes and requeue_after:
-                self.requeue_at[name] = now + requeue_after
+        if self.config.requeue_after_register_seconds:  # HAMi reads what we wrote by then
+            for name in {*p.s.registered, *p.s.capacity}:
+                self.requeue_at[name] = now + self.config.requeue_after_register_seconds
         for key in dirty_pods:
             pod = self.pods.get(key)
             if (
