@@ -117,7 +117,8 @@ class Kamaji(pulumi.ComponentResource):
             opts=child,
         )
         # On the host, at deploy time; never in preview, where the chart paths stay unknown
-        # and Helm's check of the chart waits for them.
+        # and Helm's check of the chart waits for them. No delete: the cache is keyed by
+        # commit, never changes, and may serve another stack of the same Kamaji release.
         self.charts = command.local.Command(
             f"{name}-charts",
             create=chart_fetch_script(),

@@ -76,7 +76,8 @@ if [ ! -f "$dest/.complete" ]; then
   mkdir -p "$cache"
   work=$(mktemp -d "$cache/.fetch.XXXXXX")
   trap 'rm -rf "$work"' EXIT
-  git clone --quiet --depth 1 --branch "$KAMAJI_TAG" "$KAMAJI_GIT_URL" "$work/src" >&2
+  GIT_TERMINAL_PROMPT=0 git clone --quiet --depth 1 --branch "$KAMAJI_TAG" "$KAMAJI_GIT_URL" \\
+    "$work/src" >&2
   commit=$(git -C "$work/src" rev-parse HEAD)
   if [ "$commit" != "$KAMAJI_COMMIT" ]; then
     echo "Kamaji tag $KAMAJI_TAG is now commit $commit, not the pinned $KAMAJI_COMMIT." >&2
