@@ -411,12 +411,16 @@ def parse_config(raw: Mapping[str, Any]) -> LabConfig:
     return cfg
 
 
+_FIELDS_BY_KEY = {field.alias or name: field for name, field in LabConfig.model_fields.items()}
 # Read as JSON objects (`Config.get_object`); every other key is a scalar.
 STRUCTURED_KEYS = ("tenants",)
 # Kept as SecretStr here and as secret Outputs downstream; set with `pulumi config set --secret`.
-SECRET_KEYS = ("managementKubeconfig", "sshPrivateKey")
-_SCALAR_READERS = {bool: ("get_bool", "true or false"), int: ("get_int", "an integer")}
-_FIELDS_BY_KEY = {field.alias or name: field for name, field in LabConfig.model_fields.items()}
+SECRET_KEYS = tuple(key for key, f in _FIELDS_BY_KEY.items() if f.annotation is SecretStr)
+# Scalars Pulumi reads by type (`true`/`True`/`false`/`False`, `int()`); text otherwise.
+_TYPED_READERS = {
+    bool: (pulumi.Config.get_bool, "true or false"),
+    int: (pulumi.Config.get_int, "an integer"),
+}
 
 
 def read_stack_config(config: pulumi.Config) -> dict[str, Any]:
@@ -441,31 +445,37 @@ def _keys_set(config: pulumi.Config) -> set[str]:
 
 
 def _read_key(config: pulumi.Config, key: str) -> Any:
-    value = config.get(key) or ""
-    secret = pulumi.runtime.is_config_secret(config.full_key(key))
     field = _FIELDS_BY_KEY.get(key)
-    if key in SECRET_KEYS:
-        if value and not secret:
-            raise ConfigError(
-                key, f"is a secret: set it with pulumi config set --secret {key} (it is plain text)"
-            )
-        return SecretStr(value)
-    if secret:
-        if field is None:
-            return SecretStr(value)  # an unknown key: refused by name, its value not shown
-        raise ConfigError(
-            key, "is set as a secret, but the lab uses it in plain text: set it without --secret"
-        )
+    if pulumi.runtime.is_config_secret(config.full_key(key)) or key in SECRET_KEYS:
+        return _read_secret(config, key, known=field is not None)
     if key in STRUCTURED_KEYS:
         try:
             return config.get_object(key)
         except pulumi.ConfigTypeError:
-            raise ConfigError(key, f"is not valid structured config (JSON): {value!r}") from None
-    getter, expected = _SCALAR_READERS.get(field.annotation if field else None, ("get", ""))
+            text = config.get(key)
+            raise ConfigError(key, f"is not valid structured config (JSON): {text!r}") from None
+    if field is None or field.annotation not in _TYPED_READERS:
+        return config.get(key)
+    reader, expected = _TYPED_READERS[field.annotation]
     try:
-        return getattr(config, getter)(key)
+        return reader(config, key)
     except pulumi.ConfigTypeError:
-        raise ConfigError(key, f"must be {expected} (got {value!r})") from None
+        raise ConfigError(key, f"must be {expected} (got {config.get(key)!r})") from None
+
+
+def _read_secret(config: pulumi.Config, key: str, known: bool) -> SecretStr:
+    """A secret key, or any key set as a secret: it must be both, or it would leak."""
+    value = config.get(key) or ""
+    is_secret = pulumi.runtime.is_config_secret(config.full_key(key))
+    if key in SECRET_KEYS and value and not is_secret:
+        raise ConfigError(
+            key, f"is a secret: set it with pulumi config set --secret {key} (it is plain text)"
+        )
+    if key not in SECRET_KEYS and known:
+        raise ConfigError(
+            key, "is set as a secret, but the lab uses it in plain text: set it without --secret"
+        )
+    return SecretStr(value)  # an unknown key is refused by name, its value not shown
 
 
 def raw_stack_config(

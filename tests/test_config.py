@@ -21,7 +21,13 @@ from pulumi_harness import (
 )
 from pydantic import SecretStr
 
-from components.config import ConfigError, LabConfig, parse_config, read_stack_config
+from components.config import (
+    SECRET_KEYS,
+    ConfigError,
+    LabConfig,
+    parse_config,
+    read_stack_config,
+)
 
 LAB = lab_stack_config()
 
@@ -60,6 +66,13 @@ def test_pulumi_yaml_declares_every_key_with_the_model_default():
     for name, spec in declared.items():
         assert spec["description"]
         assert spec["default"] == defaults[name], name
+
+
+def test_pulumi_yaml_tells_how_to_set_each_secret_key():
+    config = yaml.safe_load((PROJECT_DIR / "Pulumi.yaml").read_text())["config"]
+    assert SECRET_KEYS == ("managementKubeconfig", "sshPrivateKey")
+    for key in SECRET_KEYS:
+        assert f"pulumi config set --secret {key}" in config[f"{PROJECT}:{key}"]["description"]
 
 
 def read_as_program(
@@ -219,7 +232,7 @@ def test_bad_values_stop_with_the_key(raw: dict, key: str, fragment: str):
 def test_custom_gpu_model_needs_memory_and_then_works():
     cfg = parse_config(
         with_tenants(
-            {"name": "a", "gpus": [{"model": "RTX6000", "memoryMb": 97887, "product": "NVIDIA RTX"}]}
+            {"name": "a", "gpus": [{"model": "RTX", "memoryMb": 97887, "product": "NVIDIA RTX"}]}
         )
     )
     (card,) = cfg.tenants[0].cards
