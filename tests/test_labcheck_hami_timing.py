@@ -75,9 +75,12 @@ def test_node_unregistered_that_persists_is_named_as_the_cause():
     """D4: when HAMi still has not read the node after the retry, the cause says so
     instead of blaming a dead hami-scheduler."""
     lab = standard_lab()
-    lab.tenant("tenant-a").knobs.registration_read_at = 10_000
+    a = lab.tenant("tenant-a")
+    a.knobs.registration_read_at = 10_000
+    creates = spy_creates(a)
     _, r = run_lab(lab, only=["hami.webhook"])
     res = r[("hami.webhook", "tenant-a")]
+    assert creates == [("lc-t1-webhook", 0.0), ("lc-t1-webhook", 16.0)]  # once, not again
     assert res.status is Status.FAIL
     assert res.seen == (
         f"lc-t1-webhook: phase Pending on -, {UNSCHEDULABLE_UNREGISTERED}, bind-phase -"
