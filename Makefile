@@ -48,10 +48,12 @@ destroy-ready:
 	$(call require,pulumi)
 	$(need_passphrase)
 
-# Also a broken lab: with the kind node down, every Kubernetes object is unreachable, and the
-# provider then drops it from state instead of failing (only here, never on `up`/refresh).
+# Also a broken lab: with the kind node down every Kubernetes object is unreachable, and the
+# variable (only here, never on `up`) lets the provider drop such objects from state instead of
+# failing. The refresh comes first because only Read does that for Helm releases: their Delete
+# fails on an unreachable cluster whatever the variable says.
 destroy: destroy-ready
-	PULUMI_K8S_DELETE_UNREACHABLE=true pulumi destroy --stack $(STACK) $(ARGS)
+	PULUMI_K8S_DELETE_UNREACHABLE=true pulumi destroy --refresh --stack $(STACK) $(ARGS)
 
 check: $(VENV)/.installed
 	$(PY) -m labcheck --stack $(STACK)

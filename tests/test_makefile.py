@@ -122,16 +122,21 @@ def test_a_failed_preflight_stops_make_up_before_pulumi_up(tmp_path: Path):
     assert log.read_text().splitlines()[-1].startswith("python -m components.preflight")
 
 
-@pytest.mark.upstream("pulumi-k8s-delete-unreachable-env")
+@pytest.mark.upstream(
+    "pulumi-k8s-delete-unreachable-env", "pulumi-k8s-helm-release-delete-needs-the-cluster"
+)
 def test_destroy_lets_the_provider_drop_unreachable_objects(tmp_path: Path):
     """M5: only `make destroy` sets PULUMI_K8S_DELETE_UNREACHABLE, which the provider reads
-    when its own deleteUnreachable input is unset; destroy needs neither venv nor kind."""
+    when its own deleteUnreachable input is unset, and refreshes first: a Helm release is
+    dropped by Read, never by Delete, on an unreachable cluster. No venv or kind needed."""
     log = tmp_path / "calls.log"
     bin_dir = tmp_path / "bin"
     fake(bin_dir, "pulumi", log)
     done = make("destroy", tmp_path, bin_dir, PULUMI_CONFIG_PASSPHRASE="x")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert log.read_text().splitlines() == ["pulumi destroy --stack lab [unreachable=true]"]
+    assert log.read_text().splitlines() == [
+        "pulumi destroy --refresh --stack lab [unreachable=true]"
+    ]
     assert not (tmp_path / "venv").exists()
 
 
