@@ -31,6 +31,7 @@ from components.management import (
 from components.metallb import MetalLB, MetalLBArgs
 from components.netplan import NetworkPlan, plan_network
 from components.network import LabNetwork, LabNetworkArgs
+from components.preflight import host_plan
 from components.preflight_step import HostPreflight, HostPreflightArgs
 from components.remote_workers import RemoteWorkerPool, RemoteWorkerPoolArgs
 from components.simulated_gpus import SimulatedGpus, SimulatedGpusArgs
@@ -226,16 +227,10 @@ def _platform(
 
 def build_lab(cfg: LabConfig, stack: str) -> Lab:
     plan = plan_network(cfg)
-    container_workers = sum(t.container_workers for t in cfg.tenants)
-    on_this_host = cfg.management_mode == "kind" or container_workers > 0
+    host = host_plan(cfg)  # None: nothing of this stack runs on this host
     first: list[pulumi.Resource] = []
-    if cfg.preflight and on_this_host:
-        first.append(
-            HostPreflight(
-                "preflight",
-                HostPreflightArgs(tenants=len(cfg.tenants), workers=container_workers),
-            )
-        )
+    if cfg.preflight and host is not None:
+        first.append(HostPreflight("preflight", HostPreflightArgs(plan=host)))
     network = None
     if cfg.management_mode == "kind":
         network = LabNetwork(
