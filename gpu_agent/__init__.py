@@ -17,6 +17,7 @@ from .kube import (
     NotFound,
     ObjList,
     TransientError,
+    Unprocessable,
     required_rbac_rules,
 )
 
@@ -39,6 +40,7 @@ __all__ = [
     "ObjList",
     "PassSummary",
     "TransientError",
+    "Unprocessable",
     "load_config",
     "parse_config",
     "reconcile_once",
