@@ -120,6 +120,7 @@ def build_tenant(
             tenant=tenant,
             address=str(plan.tenant_addresses[tenant.name]),
             management_provider=management.provider,
+            management_kubeconfig=management.kubeconfig,
             depends_on=platform,
         ),
     )

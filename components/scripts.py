@@ -58,32 +58,84 @@ def kind_delete_script() -> str:
     return STRICT + 'kind delete cluster --name "$KIND_CLUSTER_NAME"\n'
 
 
-def metallb_webhook_wait_script(timeout_seconds: int = 300) -> str:
-    """Waits until MetalLB's webhook admits the real pool manifest (server-side dry run).
+def server_dry_run_wait(manifest_env: str, what: str, timeout_seconds: int) -> str:
+    """Retries a server-side dry run of $<manifest_env> until the API server admits it.
 
-    The controller turns Ready before its webhook serves; a dry run calls the webhook without
-    creating anything, so success here means the real create cannot hit the race.
-    Needs LAB_KUBECONFIG and METALLB_MANIFEST.
+    A dry run goes through the admission webhooks without creating anything, so success means
+    the real create cannot race a webhook that does not serve yet or lacks its CA.
+    Runs after KUBECONFIG_PRELUDE.
     """
-    return (
-        STRICT
-        + KUBECONFIG_PRELUDE
-        + f"""\
-kubectl -n metallb-system rollout status deployment/metallb-controller --timeout={timeout_seconds}s
+    return f"""\
 manifest=$(mktemp)
 errors=$(mktemp)
 trap 'rm -f "$kubeconfig_file" "$manifest" "$errors"' EXIT
-printf '%s\\n' "$METALLB_MANIFEST" > "$manifest"
+printf '%s\\n' "${manifest_env}" > "$manifest"
 deadline=$(( $(date +%s) + {timeout_seconds} ))
 until kubectl apply --dry-run=server -f "$manifest" >/dev/null 2>"$errors"; do
   if [ "$(date +%s)" -ge "$deadline" ]; then
-    echo "MetalLB webhook still rejects the pool after {timeout_seconds}s:" >&2
+    echo "the API server still rejects {what} after {timeout_seconds}s:" >&2
     cat "$errors" >&2
     exit 1
   fi
   sleep 3
 done
-echo "MetalLB webhook serves" >&2
+echo "the API server admits {what}" >&2
+"""
+
+
+def metallb_webhook_wait_script(timeout_seconds: int = 300) -> str:
+    """Waits until MetalLB's webhook admits the real pool manifest (server-side dry run).
+
+    The controller turns Ready before its webhook serves. Needs LAB_KUBECONFIG and
+    METALLB_MANIFEST.
+    """
+    return (
+        STRICT
+        + KUBECONFIG_PRELUDE
+        + "kubectl -n metallb-system rollout status deployment/metallb-controller"
+        + f" --timeout={timeout_seconds}s\n"
+        + server_dry_run_wait("METALLB_MANIFEST", "the MetalLB pool", timeout_seconds)
+    )
+
+
+def control_plane_admission_wait_script(timeout_seconds: int = 300) -> str:
+    """Waits until Kamaji's webhooks admit the TenantControlPlane (server-side dry run).
+
+    Kamaji's webhooks and CRD get their CA from cert-manager's injector, which may lag behind
+    the Kamaji release turning Ready. Needs LAB_KUBECONFIG and TCP_MANIFEST.
+    """
+    return (
+        STRICT
+        + KUBECONFIG_PRELUDE
+        + server_dry_run_wait("TCP_MANIFEST", "the TenantControlPlane", timeout_seconds)
+    )
+
+
+def api_server_healthz_wait_script(timeout_seconds: int = 300) -> str:
+    """Waits until the tenant API server answers `ok` on its MetalLB address, from this host.
+
+    Kamaji reports the control plane Ready from the address in its spec, whether or not MetalLB
+    announces it; the joins and the tenant provider talk to that address next. /healthz is
+    readable without credentials. Needs API_ENDPOINT (https://<address>:<port>).
+    """
+    return (
+        STRICT
+        + f"""\
+if ! command -v curl >/dev/null; then
+  echo "curl is needed to check $API_ENDPOINT from this host; install it" >&2
+  exit 1
+fi
+deadline=$(( $(date +%s) + {timeout_seconds} ))
+until [ "$(curl -ks --max-time 5 "$API_ENDPOINT/healthz" 2>/dev/null)" = ok ]; do
+  if [ "$(date +%s)" -ge "$deadline" ]; then
+    echo "$API_ENDPOINT/healthz did not answer ok from this host within {timeout_seconds}s:" >&2
+    curl -ksS --max-time 5 "$API_ENDPOINT/healthz" >&2 || true
+    echo "check that MetalLB announces the address and that this host reaches the lab network" >&2
+    exit 1
+  fi
+  sleep 3
+done
+echo "$API_ENDPOINT answers" >&2
 """
     )
 

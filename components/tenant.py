@@ -1,7 +1,8 @@
 """TenantControlPlane: one Kamaji control plane per tenant on a pinned MetalLB address.
 
-The component waits until Kamaji reports the control plane Ready, reads the admin kubeconfig
-Kamaji writes, and hands it on as a secret and as a Provider for everything in the tenant.
+The component creates the control plane once Kamaji's webhooks admit it, waits until Kamaji
+reports it Ready and its address answers from this host, reads the admin kubeconfig Kamaji
+writes, and hands it on as a secret and as a Provider for everything in the tenant.
 """
 
 from __future__ import annotations
@@ -12,11 +13,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import pulumi
+import pulumi_command as command
 import pulumi_kubernetes as k8s
+import yaml
 
 from components.config import TenantConfig
 from components.footprint import CONTROL_PLANE_RESOURCES, KONNECTIVITY_SERVER_RESOURCES
 from components.kamaji import DATASTORE
+from components.scripts import api_server_healthz_wait_script, control_plane_admission_wait_script
 
 API_PORT = 6443
 KONNECTIVITY_PORT = 8132
@@ -36,6 +40,21 @@ KUBELET_PATCHES: list[dict[str, Any]] = [
         "value": {"nodefs.available": "0%", "nodefs.inodesFree": "0%", "imagefs.available": "0%"},
     },
 ]
+# kindest/node prepares /kubelet (and /kubelet.slice for the systemd driver) before kubelet
+# starts, so pods stay out of the node container's own cgroups, as on kind's nodes. A remote
+# host has no such cgroup, and kubelet refuses to start with a cgroupRoot that does not exist.
+KIND_NODE_CGROUP_ROOT_PATCH: dict[str, Any] = {
+    "op": "add",
+    "path": "/cgroupRoot",
+    "value": "/kubelet",
+}
+
+
+def kubelet_patches(tenant: TenantConfig) -> list[dict[str, Any]]:
+    if tenant.worker_mode == "container":
+        return [*KUBELET_PATCHES, KIND_NODE_CGROUP_ROOT_PATCH]
+    return list(KUBELET_PATCHES)
+
 
 # The agent must run before the CNI makes nodes Ready: it is how the API server reaches them.
 KONNECTIVITY_AGENT_TOLERATIONS = [
@@ -79,7 +98,7 @@ def tenant_control_plane_manifest(tenant: TenantConfig, address: str) -> dict[st
             "kubernetes": {
                 "version": tenant.kubernetes_version,
                 "kubelet": {
-                    "configurationJSONPatches": KUBELET_PATCHES,
+                    "configurationJSONPatches": kubelet_patches(tenant),
                     "preferredAddressTypes": ["InternalIP", "ExternalIP", "Hostname"],
                 },
             },
@@ -114,6 +133,21 @@ def admin_kubeconfig_secret_name(tenant_name: str) -> str:
     return f"{tenant_name}-admin-kubeconfig"
 
 
+def admin_kubeconfig_secret_id(
+    tenant_name: str, api_ready_id: pulumi.Output[str]
+) -> pulumi.Output[str]:
+    """The ID to read the admin kubeconfig Secret by, known only once the API gate ran.
+
+    A read with a known ID runs even in preview and fails when the object is missing; with an
+    unknown ID the engine skips it. So while the control plane (and the gate after it) is
+    still to be created, the preview skips the read; once the gate passed, Kamaji has
+    written the Secret and every later run reads it fresh.
+    """
+    return api_ready_id.apply(
+        lambda _: f"{tenant_name}/{admin_kubeconfig_secret_name(tenant_name)}"
+    )
+
+
 def decode_kubeconfig(data: dict[str, str] | None) -> str:
     """`admin.conf` targets the public LoadBalancer endpoint, reachable from host and workers."""
     if not data or "admin.conf" not in data:
@@ -126,6 +160,7 @@ class TenantArgs:
     tenant: TenantConfig
     address: str
     management_provider: k8s.Provider
+    management_kubeconfig: pulumi.Input[str]
     depends_on: list[pulumi.Resource]
 
 
@@ -145,6 +180,15 @@ class Tenant(pulumi.ComponentResource):
             opts=on_management,
         )
         manifest = tenant_control_plane_manifest(tenant, args.address)
+        self.admission_ready = command.local.Command(
+            f"{name}-admission-ready",
+            create=control_plane_admission_wait_script(),
+            environment={
+                "LAB_KUBECONFIG": pulumi.Output.secret(args.management_kubeconfig),
+                "TCP_MANIFEST": yaml.safe_dump(manifest, sort_keys=False),
+            },
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.namespace, *args.depends_on]),
+        )
         self.control_plane = k8s.apiextensions.CustomResource(
             f"{name}-control-plane",
             api_version=manifest["apiVersion"],
@@ -154,27 +198,33 @@ class Tenant(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions.merge(
                 on_management,
                 pulumi.ResourceOptions(
-                    depends_on=[self.namespace, *args.depends_on],
+                    depends_on=[self.namespace, self.admission_ready],
                     custom_timeouts=pulumi.CustomTimeouts(create=f"{READY_TIMEOUT_SECONDS}s"),
                 ),
             ),
         )
-        secret_name = admin_kubeconfig_secret_name(tenant.name)
+        self.endpoint = f"https://{args.address}:{API_PORT}"
+        self.api_ready = command.local.Command(
+            f"{name}-api-ready",
+            create=api_server_healthz_wait_script(),
+            environment={"API_ENDPOINT": self.endpoint},
+            triggers=[self.control_plane.id],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.control_plane]),
+        )
         admin_secret = k8s.core.v1.Secret.get(
             f"{name}-admin-kubeconfig",
-            f"{tenant.name}/{secret_name}",
+            admin_kubeconfig_secret_id(tenant.name, self.api_ready.id),
             opts=pulumi.ResourceOptions.merge(
-                on_management, pulumi.ResourceOptions(depends_on=[self.control_plane])
+                on_management, pulumi.ResourceOptions(depends_on=[self.api_ready])
             ),
         )
         self.kubeconfig = pulumi.Output.secret(admin_secret.data.apply(decode_kubeconfig))
-        self.endpoint = f"https://{args.address}:{API_PORT}"
+        # No delete_unreachable: with it, a refresh while the control plane is down (a host
+        # reboot) would silently drop every tenant resource from the state.
         self.provider = k8s.Provider(
             f"{name}-provider",
             kubeconfig=self.kubeconfig,
             cluster_identifier=f"{tenant.name}-{args.address}",
-            # The lab owns the tenant: if its control plane is already gone, destroy still ends.
-            delete_unreachable=True,
             opts=pulumi.ResourceOptions(parent=self),
         )
         self.register_outputs(

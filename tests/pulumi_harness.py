@@ -3,6 +3,10 @@
 Pulumi's mock monitor sees each RegisterResource request; a subclass keeps what the tests
 need: type, name, parent, dependencies (explicit and through inputs), provider, inputs, and
 which inputs were sent as secrets. No CLI, no engine, no network.
+
+A preview can start from a partial state (`existing`): what is not in it is a create, which in
+a real preview has no ID and no computed outputs yet, and a `Resource.get` of an object that is
+not in the cluster fails the way the engine fails it (finding B2).
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ import base64
 import json
 import os
 import runpy
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,6 +60,7 @@ class Registration:
     # resources each input came from (their dependents are deleted first).
     delete_before_replace: bool = False
     property_dependencies: dict[str, list[str]] = field(default_factory=dict)
+    read_id: str = ""  # a read's ID as the engine got it (rpc.UNKNOWN while unknown)
 
     def is_secret(self, path: str) -> bool:
         """True when `path` (e.g. `connection.privateKey`) or an enclosing value was secret."""
@@ -177,22 +182,70 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                 secret_outputs=[],
                 custom=True,
                 read=True,
+                read_id=request.id,
             )
         )
         return response
 
 
+class MissingResource(Exception):
+    """What the engine's ReadStep reports when the provider finds no object with that ID."""
+
+
+# What the program's reads may find in a cluster, by (type, id), from the resource whose
+# creation puts it there. Kamaji writes a TenantControlPlane's admin kubeconfig Secret.
+def _objects_left_by(type_: str, inputs: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
+    if type_ == "kubernetes:kamaji.clastix.io/v1alpha1:TenantControlPlane":
+        meta = inputs["metadata"]
+        secret_id = f"{meta['namespace']}/{meta['name']}-admin-kubeconfig"
+        data = {"admin.conf": base64.b64encode(FAKE_KUBECONFIG.encode()).decode()}
+        return {("kubernetes:core/v1:Secret", secret_id): {"data": data}}
+    return {}
+
+
 class LabMocks(pulumi.runtime.Mocks):
-    """Plays the providers: returns inputs as state plus what a real create would compute."""
+    """Plays the providers and the engine's plan.
+
+    In an `up` every resource is created and returns what a real create computes. In a preview
+    only the resources `existing(name)` accepts are in the state: they keep their ID and
+    outputs; every other one is a create, which the engine previews without an ID and with
+    only its inputs. A read (`Resource.get`) is skipped when its ID is unknown, as the engine's
+    ReadStep skips it, and otherwise finds only an object some existing resource left in the
+    cluster; anything else fails with the engine's "does not exist".
+    """
+
+    def __init__(self, preview: bool, existing: Callable[[str], bool]) -> None:
+        self.preview = preview
+        self.existing = existing
+        self.cluster: dict[tuple[str, str], dict[str, Any]] = {}
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs):
+        if args.resource_id:  # the program imports nothing: an ID is a read
+            return self._read(args)
+        id_, state = self._create(args)
+        in_state = not self.preview or self.existing(args.name)
+        if in_state:
+            self.cluster.update(_objects_left_by(args.typ, state))
+        if args.custom and not in_state:
+            return "", dict(args.inputs)  # a create in preview: no ID, nothing computed yet
+        return id_, state
+
+    def _read(self, args: pulumi.runtime.MockResourceArgs):
+        if args.typ == "pulumi:pulumi:StackReference":  # another stack: there by precondition
+            return self._create(args)
+        if args.resource_id == pulumi.runtime.rpc.UNKNOWN:
+            return "", {}  # ReadStep.Apply: "the only time we can't run is if the ID is unknown"
+        found = self.cluster.get((args.typ, args.resource_id))
+        if found is None:
+            raise MissingResource(f"resource '{args.resource_id}' does not exist")
+        return args.resource_id, {**args.inputs, **found}
+
+    def _create(self, args: pulumi.runtime.MockResourceArgs):
         state = dict(args.inputs)
         name = args.name
         if args.typ == "command:local:Command":
             state["stdout"] = FAKE_KUBECONFIG if name.endswith("-kind") else ""
             state["stderr"] = ""
-        elif args.typ == "kubernetes:core/v1:Secret" and args.resource_id:
-            state["data"] = {"admin.conf": base64.b64encode(FAKE_KUBECONFIG.encode()).decode()}
         elif args.typ == "docker:index/remoteImage:RemoteImage":
             state["imageId"] = "sha256:" + "0" * 64
         elif args.typ == "docker:index/network:Network":
@@ -274,6 +327,7 @@ def run_program(
     *,
     stack: str = "lab",
     preview: bool = False,
+    existing: Collection[str] | Callable[[str], bool] | None = None,
     allow_exit: bool = False,
     secret_keys: Collection[str] | None = None,
     automation: bool = False,
@@ -281,7 +335,11 @@ def run_program(
     """Runs __main__.py with this stack config and returns what it registered.
 
     The config reaches the program as under the CLI, or with `automation` as under the
-    Automation API (`pass_config`); `secret_keys` are the keys set as secrets."""
+    Automation API (`pass_config`); `secret_keys` are the keys set as secrets.
+
+    `existing` (preview only) names the resources a previous `up` left in the state, or decides
+    by name; by default all of them, as in a preview of a lab that is fully up.
+    """
     run = ProgramRun()
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
@@ -289,7 +347,7 @@ def run_program(
     old_cwd = Path.cwd()
     try:
         os.chdir(PROJECT_DIR)
-        mocks = LabMocks()
+        mocks = LabMocks(preview, _in_state(existing))
         pulumi.runtime.set_mocks(
             mocks,
             project=PROJECT,
@@ -297,6 +355,9 @@ def run_program(
             preview=preview,
             monitor=RecordingMonitor(mocks, run),
         )
+        # set_mocks keeps the task set of the last run; a failed run leaves tasks of its
+        # (now closed) loop there, which the next run would wait for.
+        pulumi.runtime.settings.SETTINGS.outputs = set()
 
         exits: list[SystemExit] = []
 
@@ -322,6 +383,15 @@ def run_program(
         _restore_env(old_env)
         loop.close()
     return run
+
+
+def _in_state(existing: Collection[str] | Callable[[str], bool] | None) -> Callable[[str], bool]:
+    if existing is None:
+        return lambda _name: True
+    if callable(existing):
+        return existing
+    names = frozenset(existing)
+    return names.__contains__
 
 
 def stack_config(stack: str) -> dict[str, Any]:

@@ -7,9 +7,29 @@ import itertools
 from collections import Counter
 
 import pytest
-from pulumi_harness import ProgramRun, lab_stack_config, run_program
+from pulumi.output import Unknown
+from pulumi.runtime.rpc import UNKNOWN
+from pulumi_harness import (
+    FAKE_KUBECONFIG,
+    MissingResource,
+    ProgramRun,
+    lab_stack_config,
+    run_program,
+)
+
+import components.tenant
+from components.tenant import admin_kubeconfig_secret_name
 
 LAB = lab_stack_config()
+
+# What a first `up` that stopped right after the kind cluster (a MetalLB gate or Helm timeout)
+# leaves in the state: the management cluster exists and its kubeconfig is known.
+KIND_CLUSTER_ONLY = (
+    "preflight-checks",
+    "lab-network-bridge",
+    "management-kind",
+    "management-provider",
+)
 
 
 @pytest.fixture(scope="module")
@@ -191,3 +211,100 @@ def test_switches_leave_out_preflight_and_validation():
     names = {r.name for r in run.resources}
     assert "preflight-checks" not in names and "validation-labcheck" not in names
     assert run.outputs["validationReports"] is None
+
+
+def not_in_tenants(name: str) -> bool:
+    """The shared platform is up (MetalLB, Kamaji), no tenant yet (a failed TCP create)."""
+    return not name.startswith(("tenant-", "validation"))
+
+
+def kubeconfig_reads(run: ProgramRun) -> dict[str, str]:
+    return {r.name: r.read_id for r in run.resources if r.read}
+
+
+PARTIAL_STATES = {
+    "fresh stack": (),
+    "kind cluster only": KIND_CLUSTER_ONLY,
+    "platform": not_in_tenants,
+}
+
+
+@pytest.mark.upstream("pulumi-read-step-runs-in-preview")
+@pytest.mark.parametrize("state", PARTIAL_STATES.values(), ids=list(PARTIAL_STATES))
+def test_preview_before_the_control_planes_exist_skips_the_kubeconfig_reads(lab, state):
+    """B2: a read with a known ID runs in preview and fails while Kamaji has not written the
+    Secret; the program reads it by an ID known only once the control plane answers."""
+    preview = run_program(LAB, preview=True, existing=state)
+    assert kubeconfig_reads(preview) == {
+        "tenant-a-admin-kubeconfig": UNKNOWN,
+        "tenant-b-admin-kubeconfig": UNKNOWN,
+    }
+    assert sorted(r.name for r in preview.resources) == sorted(r.name for r in lab.resources)
+    assert isinstance(preview.named("tenant-a-provider").inputs["kubeconfig"], Unknown)
+
+
+@pytest.mark.upstream("pulumi-read-step-runs-in-preview")
+def test_a_literal_secret_id_fails_that_preview_as_the_engine_does(monkeypatch):
+    """B2, the harness side: the read the program used to make (a literal ID, only
+    `depends_on` the control plane) fails with the engine's own message."""
+
+    def literal_id(tenant_name: str, _gate_id):
+        return f"{tenant_name}/{admin_kubeconfig_secret_name(tenant_name)}"
+
+    monkeypatch.setattr(components.tenant, "admin_kubeconfig_secret_id", literal_id)
+    with pytest.raises(
+        MissingResource,
+        match=r"^resource 'tenant-[ab]/tenant-[ab]-admin-kubeconfig' does not exist$",
+    ):
+        run_program(LAB, preview=True, existing=KIND_CLUSTER_ONLY)
+
+
+def test_preview_of_a_running_lab_reads_each_kubeconfig_fresh():
+    """B2: once the control plane exists, every run reads the Secret Kamaji keeps current."""
+    preview = run_program(LAB, preview=True)
+    assert kubeconfig_reads(preview) == {
+        "tenant-a-admin-kubeconfig": "tenant-a/tenant-a-admin-kubeconfig",
+        "tenant-b-admin-kubeconfig": "tenant-b/tenant-b-admin-kubeconfig",
+    }
+    assert preview.named("tenant-a-provider").inputs["kubeconfig"] == FAKE_KUBECONFIG
+
+
+def test_adding_a_tenant_to_a_running_lab_previews():
+    """B2: the new tenant's read waits for its control plane; the others read theirs."""
+    preview = run_program(
+        three_tenants(), preview=True, existing=lambda name: not name.startswith("tenant-c")
+    )
+    reads = kubeconfig_reads(preview)
+    assert reads["tenant-c-admin-kubeconfig"] == UNKNOWN
+    assert reads["tenant-a-admin-kubeconfig"] == "tenant-a/tenant-a-admin-kubeconfig"
+
+
+def test_control_plane_waits_for_kamajis_webhooks_then_for_its_address(lab: ProgramRun):
+    """m5, m13: a server-side dry run of the very TCP before the create; the tenant provider
+    only after the address answers from this host."""
+    admission = lab.named("tenant-a-admission-ready")
+    tcp = lab.named("tenant-a-control-plane")
+    api = lab.named("tenant-a-api-ready")
+    assert admission.urn in tcp.dependencies
+    assert lab.named("kamaji-chart").urn in lab.depends_on(admission.urn)
+    assert lab.named("tenant-a-namespace").urn in lab.depends_on(admission.urn)
+    assert "kubectl apply --dry-run=server" in admission.inputs["create"]
+    env = admission.inputs["environment"]
+    assert "environment.LAB_KUBECONFIG" in admission.secret_inputs
+    assert "kind: TenantControlPlane" in env["TCP_MANIFEST"]
+    assert "172.30.255.205" in env["TCP_MANIFEST"]
+    assert tcp.urn in api.dependencies
+    assert api.inputs["environment"] == {"API_ENDPOINT": "https://172.30.255.205:6443"}
+    provider = lab.named("tenant-a-provider")
+    assert api.urn in lab.depends_on(provider.urn)
+    assert api.urn in lab.depends_on(lab.named("tenant-a-worker-1-join").urn)
+
+
+@pytest.mark.upstream("pulumi-k8s-delete-unreachable-drops-state")
+def test_tenant_providers_keep_state_when_their_cluster_is_unreachable(lab: ProgramRun):
+    """M5: no deleteUnreachable on a tenant provider, so a refresh during a reboot forgets
+    nothing."""
+    for name in ("tenant-a-provider", "tenant-b-provider"):
+        provider = lab.named(name)
+        assert "deleteUnreachable" not in provider.inputs, name
+        assert provider.inputs["clusterIdentifier"].startswith(name.removesuffix("-provider"))

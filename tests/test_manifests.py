@@ -5,19 +5,25 @@ from __future__ import annotations
 import json
 
 import pulumi_docker as docker
-from pulumi_harness import lab_stack_config
+import pytest
+from pulumi_harness import lab_stack_config, stack_config
 
 from components.cni import flannel_cni_conf, flannel_values
 from components.config import parse_config
 from components.footprint import CONTROL_PLANE_RESOURCES
 from components.gpu_models import hami_card_type
-from components.hami import gpu_quota_manifest, hami_values
+from components.hami import (
+    device_plugin_values,
+    gpu_quota_manifest,
+    hami_values,
+    runtime_class_manifest,
+)
 from components.kamaji import cert_manager_values, kamaji_values
 from components.metallb import metallb_values, pool_manifests
 from components.netplan import plan_network
 from components.network import bridge_options, ipam_config
 from components.simulated_gpus import agent_config, agent_manifests
-from components.tenant import dns_service_ip, tenant_control_plane_manifest
+from components.tenant import dns_service_ip, kubelet_patches, tenant_control_plane_manifest
 from components.workers import node_container_args
 
 CFG = parse_config(lab_stack_config())
@@ -187,3 +193,54 @@ def test_agent_pod_rolls_when_code_or_config_changes():
 
     assert checksum(10) == checksum(10)
     assert checksum(10) != checksum(5)
+
+
+@pytest.mark.upstream("hami-extender-client-rate-flags")
+def test_hami_extender_talks_to_its_api_server_at_50_qps():
+    """D6: client-go's 5 QPS / burst 10 throttled every Bind to ~1.3 s in a 20-pod burst."""
+    args = hami_values(TENANT_A, 10, "5m")["scheduler"]["extender"]["extraArgs"]
+    assert args[-2:] == ["--kube-qps=50", "--kube-burst=100"]
+    assert args[:3] == ["--debug", "-v=4", "--node-lock-timeout=5m"]
+
+
+GPU = parse_config({**stack_config("gpu"), "sshPrivateKey": "k", "managementKubeconfig": "kc"})
+NVML = parse_config(stack_config("nvml"))
+
+
+@pytest.mark.upstream("hami-chart-runtime-class-is-a-hook")
+def test_real_gpus_use_a_runtime_class_the_lab_owns_not_the_charts_hook():
+    """T14: the chart's RuntimeClass is a pre-install hook that uninstall leaves behind."""
+    plugin = device_plugin_values(GPU.tenants[0], 10)
+    assert plugin["runtimeClassName"] == "nvidia"
+    assert plugin["createRuntimeClass"] is False
+    assert runtime_class_manifest() == {"metadata": {"name": "nvidia"}, "handler": "nvidia"}
+    assert "createRuntimeClass" not in device_plugin_values(TENANT_A, 10)
+
+
+@pytest.mark.upstream("hami-plugin-and-monitor-load-nvml-by-name")
+def test_nvml_mock_library_is_on_both_hami_containers_library_path():
+    """T1: both containers dlopen libnvidia-ml.so.1 by name; each sees nvml-mock's driver
+    root at its own mount (/driver-root in the plugin, the node's /var at /hostvar)."""
+    (tenant,) = NVML.tenants
+    plugin = device_plugin_values(tenant, 10)
+    assert plugin["nvidiaDriverRoot"] == "/var/lib/nvml-mock/driver"
+    assert plugin["extraEnvs"] == [{"name": "LD_LIBRARY_PATH", "value": "/driver-root/usr/lib64"}]
+    assert plugin["monitor"] == {
+        "extraEnvs": [
+            {"name": "LD_LIBRARY_PATH", "value": "/hostvar/lib/nvml-mock/driver/usr/lib64"}
+        ]
+    }
+    for other in (TENANT_A, GPU.tenants[0]):
+        assert "extraEnvs" not in device_plugin_values(other, 10)
+
+
+@pytest.mark.upstream("kind-kubelet-cgroup-root")
+def test_kindest_node_workers_run_pods_under_kinds_kubelet_cgroup():
+    """T10: kindest/node prepares /kubelet(.slice); a remote host has no such cgroup."""
+    container = {p["path"]: p["value"] for p in kubelet_patches(TENANT_A)}
+    assert container["/cgroupRoot"] == "/kubelet"
+    assert container["/cgroupDriver"] == "systemd"
+    remote = {p["path"] for p in kubelet_patches(GPU.tenants[0])}
+    assert "/cgroupRoot" not in remote and "/cgroupDriver" in remote
+    spec = tenant_control_plane_manifest(TENANT_A, "172.30.255.205")["spec"]
+    assert spec["kubernetes"]["kubelet"]["configurationJSONPatches"] == kubelet_patches(TENANT_A)

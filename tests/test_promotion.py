@@ -7,6 +7,7 @@ from collections import Counter
 
 import pytest
 import yaml
+from pulumi.runtime.rpc import UNKNOWN
 from pulumi_harness import FAKE_KUBECONFIG, PROJECT_DIR, ProgramRun, run_program, stack_config
 
 from components.config import ConfigError, parse_config
@@ -205,3 +206,37 @@ def test_every_stacks_validation_spec_is_accepted_by_labcheck(stack: str):
     assert modes == expected
     for tenant in spec.tenants:
         assert tenant.nodes and set(tenant.gpus) <= set(tenant.nodes)
+
+
+@pytest.mark.upstream("pulumi-read-step-runs-in-preview")
+@pytest.mark.parametrize("stack", ["lab", "nvml", "gpu"])
+def test_first_preview_of_every_stack_reads_nothing_that_is_not_there_yet(stack: str):
+    """B2: in `nvml` and `gpu` the management kubeconfig is known before anything exists (a
+    stack reference, a secret), so a read by a known ID would run and fail on a fresh stack."""
+    config = {**stack_config(stack), **(SECRETS if stack == "gpu" else {})}
+    preview = run_program(config, stack=stack, preview=True, existing=())
+    reads = {r.name: r.read_id for r in preview.resources if r.read}
+    secrets = {r.name for r in preview.of_type("kubernetes:core/v1:Secret") if r.read}
+    assert secrets and {reads.pop(name) for name in secrets} == {UNKNOWN}
+    # What is left is the other stack the nvml stack builds on, there by precondition.
+    assert reads == (
+        {"management-stack": "organization/kamaji-hami-lab/lab"} if stack == "nvml" else {}
+    )
+
+
+@pytest.mark.upstream("hami-chart-runtime-class-is-a-hook")
+def test_real_gpu_stack_owns_the_nvidia_runtime_class_so_destroy_removes_it(gpu: ProgramRun):
+    """T14: one RuntimeClass per real-GPU tenant, on its provider, before the HAMi release."""
+    classes = gpu.of_type("kubernetes:node.k8s.io/v1:RuntimeClass")
+    assert sorted(r.name for r in classes) == [
+        "team-a-hami-runtime-class",
+        "team-b-hami-runtime-class",
+    ]
+    for runtime_class in classes:
+        tenant = runtime_class.name.removesuffix("-hami-runtime-class")
+        assert runtime_class.inputs["handler"] == "nvidia"
+        assert runtime_class.inputs["metadata"]["name"] == "nvidia"
+        assert runtime_class.provider.startswith(gpu.named(f"{tenant}-provider").urn)
+        assert runtime_class.urn in gpu.named(f"{tenant}-hami-chart").dependencies
+    for values in hami_values(gpu):
+        assert values["devicePlugin"]["createRuntimeClass"] is False
