@@ -145,7 +145,7 @@ def test_switching_one_tenant_to_real_gpus_changes_only_its_subtree(lab: Program
         }
 
     assert outside_b(switched) == outside_b(lab)
-    assert switched.named("preflight-checks").inputs["create"].endswith("--workers 1")
+    assert " --tenants 2 --workers 1 " in switched.named("preflight-checks").inputs["create"]
     inside = {r.name for r in switched.subtree("tenant-b")}
     assert {"gpu-host-b-prepare", "gpu-host-b-join", "gpu-host-b-registered"} <= inside
     assert "tenant-b-worker-1" not in inside
