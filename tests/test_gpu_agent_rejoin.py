@@ -12,7 +12,7 @@ import dataclasses
 
 import pytest
 
-from gpu_agent import Agent, TransientError, parse_config
+from gpu_agent import Agent, TransientError, parse_config, required_rbac_rules
 from gpu_agent.agent import REQUEUE_ANNOTATION
 from tests.fakes.fake_kube import FakeKube, SchedulerSim, rejoin_latency
 
@@ -117,6 +117,11 @@ def test_touch_once_for_all_pods_rejected_meanwhile(config):
     s = agent.step()
     assert s.requeued == ["team-a/a", "team-a/b"]
     assert [c.method for c in kube.writes()] == ["patch_node_metadata"]
+    granted = {
+        (v, r) for rule in required_rbac_rules() for r in rule["resources"] for v in rule["verbs"]
+    }
+    assert {(c.verb, c.resource) for c in kube.calls} == {("list", "pods"), ("patch", "nodes")}
+    assert {(c.verb, c.resource) for c in kube.calls} <= granted  # no new RBAC
     annotations = kube.nodes[NODE]["metadata"]["annotations"]
     assert REQUEUE_ANNOTATION in annotations
     assert "hami.io/node-nvidia-register" in annotations  # a merge patch: nothing else moved
