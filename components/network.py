@@ -59,7 +59,6 @@ class LabNetworkArgs:
     name: str
     plan: NetworkPlan
     after: list[pulumi.Resource] = field(default_factory=list)  # e.g. the host preflight
-    mtu: int | None = None  # None: Docker's default bridge MTU, as kind does
 
 
 def ipam_config(plan: NetworkPlan) -> docker.NetworkIpamConfigArgs:
@@ -78,7 +77,7 @@ class LabNetwork(pulumi.ComponentResource):
         self, name: str, args: LabNetworkArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         super().__init__("kamaji-hami-lab:index:LabNetwork", name, None, opts)
-        mtu = docker_default_bridge_mtu() if args.mtu is None else args.mtu
+        mtu = docker_default_bridge_mtu()  # no config key: kind follows the daemon too
         self.network = docker.Network(
             f"{name}-bridge",
             name=args.name,
