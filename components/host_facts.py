@@ -73,7 +73,7 @@ def _mem_available_mb(meminfo: Path) -> int:
     return 0
 
 
-def _error_text(error: Exception) -> str:
+def error_text(error: Exception) -> str:
     if isinstance(error, subprocess.CalledProcessError):
         text = (error.stderr or error.stdout or "").strip()
         return text or f"exit status {error.returncode}"
@@ -120,7 +120,7 @@ def read_docker(run: Run) -> DockerFacts:
         inspect = run(["docker", "network", "inspect", *ids]) if ids else "[]"
     except (OSError, subprocess.SubprocessError, ValueError) as error:
         # The daemon is down or its socket is not ours: say what docker said, not "missing".
-        return DockerFacts(server_version=None, error=_error_text(error))
+        return DockerFacts(server_version=None, error=error_text(error))
     return DockerFacts(
         server_version=version or "unknown",
         operating_system=info.get("OperatingSystem") or "",

@@ -14,12 +14,20 @@ import json
 import re
 import subprocess
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from components.config import ConfigError, LabConfig, parse_config, raw_stack_config
 from components.footprint import Footprint, lab_footprint
-from components.host_facts import DockerFacts, DockerNetwork, HostFacts, Route, read_host_facts
+from components.host_facts import (
+    DockerFacts,
+    DockerNetwork,
+    HostFacts,
+    Route,
+    Run,
+    error_text,
+    read_host_facts,
+)
 
 MIN_INOTIFY_INSTANCES = 1024
 MIN_INOTIFY_WATCHES = 524288
@@ -427,8 +435,6 @@ def report(findings: list[Finding]) -> str:
 
 # --- the stack, for `make up` --------------------------------------------------------------
 
-Run = Callable[[list[str]], str]
-
 
 def _run(args: list[str]) -> str:
     return subprocess.run(args, check=True, capture_output=True, text=True, timeout=120).stdout
@@ -489,35 +495,43 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+class StackUnreadable(Exception):
+    """The stack's config or state could not be read; the message says why."""
+
+
+def _stack_plan(stack: str, run: Run) -> tuple[HostPlan | None, Sizing | None]:
+    try:
+        return plan_from_stack(stack, run)
+    except ConfigError as error:
+        raise StackUnreadable(f"invalid stack config: {error}") from None
+    except (OSError, subprocess.SubprocessError) as error:
+        raise StackUnreadable(f"cannot read stack {stack}: {error_text(error)}") from None
+
+
+def _flags_plan(args: argparse.Namespace) -> tuple[HostPlan, Sizing | None]:
+    plan = HostPlan(
+        sizing=Sizing(args.tenants, args.workers),
+        kube_proxy_versions=tuple(sorted(set(args.kube_proxy_version))),
+        kind_cluster=args.kind_cluster,
+        network_name=args.network,
+        subnet=args.subnet,
+    )
+    return plan, Sizing.from_record(args.previous)
+
+
 def main(argv: list[str] | None = None, run: Run = _run) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    if args.stack:
-        try:
-            plan, previous = plan_from_stack(args.stack, run)
-        except ConfigError as error:
-            print(f"preflight: invalid stack config: {error}", file=sys.stderr)
-            return 1
-        except (OSError, subprocess.SubprocessError) as error:
-            print(f"preflight: cannot read stack {args.stack}: {error}", file=sys.stderr)
-            return 1
-        if plan is None:
-            print(
-                "preflight: skipped (disabled, or nothing of this stack runs on this host)",
-                file=sys.stderr,
-            )
-            return 0
-    elif args.tenants is None or args.workers is None:
+    if not args.stack and (args.tenants is None or args.workers is None):
         parser.error("give --stack, or --tenants and --workers")
-    else:
-        plan = HostPlan(
-            sizing=Sizing(args.tenants, args.workers),
-            kube_proxy_versions=tuple(sorted(set(args.kube_proxy_version))),
-            kind_cluster=args.kind_cluster,
-            network_name=args.network,
-            subnet=args.subnet,
-        )
-        previous = Sizing.from_record(args.previous)
+    try:
+        plan, previous = _stack_plan(args.stack, run) if args.stack else _flags_plan(args)
+    except StackUnreadable as error:
+        print(f"preflight: {error}", file=sys.stderr)
+        return 1
+    if plan is None:
+        print("preflight: skipped (off, or nothing of this stack runs here)", file=sys.stderr)
+        return 0
     findings = check_host(read_host_facts(run), plan, previous)
     print(report(findings), file=sys.stderr)
     failed = [f for f in findings if not f.ok]

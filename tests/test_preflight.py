@@ -641,6 +641,17 @@ def test_main_names_a_bad_stack_config(capsys):
     assert capsys.readouterr().err.startswith("preflight: invalid stack config: tenants")
 
 
+def test_main_says_what_pulumi_said_when_it_cannot_read_the_stack(capsys):
+    gone = subprocess.CalledProcessError(
+        255, ["pulumi", "config"], output="", stderr="error: no stack named 'lab' found\n"
+    )
+    answers = {**stack_answers(LAB_CONFIG_JSON, EXPORT), "pulumi config --stack": gone}
+    assert preflight.main(["--stack", "lab"], run=FakeHost(answers)) == 1
+    assert capsys.readouterr().err == (
+        "preflight: cannot read stack lab: error: no stack named 'lab' found\n"
+    )
+
+
 def test_main_exits_non_zero_and_prints_fixes(monkeypatch, capsys):
     monkeypatch.setattr(preflight, "read_host_facts", lambda run: replace(GOOD, br_netfilter=False))
     argv = ["--tenants", "2", "--workers", "2", "--kube-proxy-version", "v1.35.0"]
