@@ -68,6 +68,18 @@ def test_pulumi_yaml_declares_every_key_with_the_model_default():
         assert spec["default"] == defaults[name], name
 
 
+def test_pulumi_yaml_declares_each_key_with_the_type_the_model_reads():
+    """What the CLI type-checks a stack against is what the program reads the key as."""
+    declared = yaml.safe_load((PROJECT_DIR / "Pulumi.yaml").read_text())["config"]
+    pulumi_type = {bool: "boolean", int: "integer", str: "string", SecretStr: "string"}
+    for name, field in LabConfig.model_fields.items():
+        spec = declared[f"{PROJECT}:{field.alias or name}"]
+        if name == "tenants":
+            assert (spec["type"], spec["items"]) == ("array", {"type": "object"})
+        else:
+            assert spec["type"] == pulumi_type.get(field.annotation, "string"), name
+
+
 def test_pulumi_yaml_tells_how_to_set_each_secret_key():
     config = yaml.safe_load((PROJECT_DIR / "Pulumi.yaml").read_text())["config"]
     assert SECRET_KEYS == ("managementKubeconfig", "sshPrivateKey")
