@@ -381,8 +381,17 @@ def run_program(
     finally:
         os.chdir(old_cwd)
         _restore_env(old_env)
+        _cancel_leftover_tasks(loop)
         loop.close()
     return run
+
+
+def _cancel_leftover_tasks(loop: asyncio.AbstractEventLoop) -> None:
+    """A run that failed (a read of a missing object) leaves outputs waiting on it."""
+    pending = asyncio.all_tasks(loop)
+    for task in pending:
+        task.cancel()
+    loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
 
 
 def _in_state(existing: Collection[str] | Callable[[str], bool] | None) -> Callable[[str], bool]:
