@@ -1,6 +1,9 @@
-"""GpuNodes: what makes nodes GPU nodes outside simulation (nvml-mock and real modes).
+"""GPU nodes outside simulation (nvml-mock and real modes): their label, and nvml-mock.
 
-Labels each worker `gpu=on` (HAMi's device plugin runs only there) and, for nvml-mock,
+HAMi's real device plugin runs only on nodes labelled `gpu=on`. The kubelet sets that label
+when it registers the Node (`--node-labels`, see `registration_labels`), so a node that
+registers again after a leave, a reset or a new container is a GPU node at once; a patch
+applied once by Pulumi would be lost with the first re-registration. For nvml-mock, GpuNodes
 installs NVIDIA's nvml-mock chart, which lays a fake NVML driver root on every node.
 """
 
@@ -17,6 +20,23 @@ from components.helm import pinned_release
 
 NVML_MOCK_CHART = "oci://ghcr.io/nvidia/k8s-test-infra/chart/nvml-mock"
 NVML_MOCK_NAMESPACE = "nvml-mock"
+# What HAMi's device plugin selects (`devicePlugin.nvidiaNodeSelector`). Unprefixed, so the
+# kubelet may set it itself: NodeRestriction and the kubelet's flag check refuse only
+# kubernetes.io / k8s.io keys outside their allowed set and node-restriction.kubernetes.io.
+GPU_NODE_LABELS = {"gpu": "on"}
+
+
+def registration_labels(gpu_mode: str) -> dict[str, str]:
+    """The labels a worker's kubelet registers its Node with, by GPU mode.
+
+    Simulated GPUs need none: the agent labels the nodes it simulates cards on.
+    """
+    return {} if gpu_mode == "simulated" else dict(GPU_NODE_LABELS)
+
+
+def kubelet_node_labels(labels: dict[str, str]) -> str:
+    """The value of the kubelet's `--node-labels` flag: `key=value,...`, stable order."""
+    return ",".join(f"{key}={value}" for key, value in sorted(labels.items()))
 
 
 def nvml_mock_values(tenant: TenantConfig, image: str) -> dict[str, Any]:
@@ -25,10 +45,6 @@ def nvml_mock_values(tenant: TenantConfig, image: str) -> dict[str, Any]:
         "gpu": {"profile": nvml_mock_profile(tenant), "count": tenant.gpus[0].count},
         "image": {"repository": repository, "tag": tag},
     }
-
-
-def gpu_node_label_patch(node_name: str) -> dict[str, Any]:
-    return {"name": node_name, "labels": {"gpu": "on"}}
 
 
 @dataclass(frozen=True)
@@ -41,30 +57,22 @@ class GpuNodesArgs:
 
 
 class GpuNodes(pulumi.ComponentResource):
+    """nvml-mock's fake NVML driver root on every worker of an nvml-mock tenant."""
+
     def __init__(
         self, name: str, args: GpuNodesArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         super().__init__("kamaji-hami-lab:index:GpuNodes", name, None, opts)
-        on_tenant = pulumi.ResourceOptions(
-            parent=self, provider=args.provider, depends_on=args.depends_on
+        self.nvml_mock = pinned_release(
+            f"{name}-nvml-mock",
+            chart=NVML_MOCK_CHART,
+            repo=None,
+            version=args.nvml_mock_chart_version,
+            namespace=NVML_MOCK_NAMESPACE,
+            values=nvml_mock_values(args.tenant, args.nvml_mock_image),
+            release_name="nvml-mock",
+            opts=pulumi.ResourceOptions(
+                parent=self, provider=args.provider, depends_on=args.depends_on
+            ),
         )
-        # A server-side-apply patch: destroy takes the label away again.
-        self.labels = [
-            k8s.core.v1.NodePatch(
-                f"{node}-gpu-label", metadata=gpu_node_label_patch(node), opts=on_tenant
-            )
-            for node in args.tenant.worker_names
-        ]
-        self.nvml_mock = None
-        if args.tenant.gpu_mode == "nvml-mock":
-            self.nvml_mock = pinned_release(
-                f"{name}-nvml-mock",
-                chart=NVML_MOCK_CHART,
-                repo=None,
-                version=args.nvml_mock_chart_version,
-                namespace=NVML_MOCK_NAMESPACE,
-                values=nvml_mock_values(args.tenant, args.nvml_mock_image),
-                release_name="nvml-mock",
-                opts=on_tenant,
-            )
         self.register_outputs({"nodes": args.tenant.worker_names})

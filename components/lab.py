@@ -76,6 +76,7 @@ def _workers(
     control_plane: Tenant,
     network_name: pulumi.Input[str],
     opts: pulumi.ResourceOptions,
+    after: list[pulumi.Resource],
 ) -> Workers:
     if tenant.worker_mode == "remote":
         return RemoteWorkerPool(
@@ -100,6 +101,9 @@ def _workers(
             network_name=network_name,
             tenant_kubeconfig=control_plane.kubeconfig,
             control_plane=control_plane.control_plane,
+            gpu_mode=tenant.gpu_mode,
+            no_proxy=(cfg.subnet, tenant.pod_cidr, tenant.service_cidr),
+            after=after,
         ),
         opts,
     )
@@ -112,6 +116,7 @@ def build_tenant(
     network_name: pulumi.Input[str],
     management: Management,
     platform: list[pulumi.Resource],
+    host_checks: list[pulumi.Resource] | None = None,
 ) -> TenantParts:
     """One tenant's subtree; it depends on the shared platform only, never on other tenants."""
     control_plane = Tenant(
@@ -125,7 +130,7 @@ def build_tenant(
         ),
     )
     child = pulumi.ResourceOptions(parent=control_plane)
-    workers = _workers(cfg, tenant, control_plane, network_name, child)
+    workers = _workers(cfg, tenant, control_plane, network_name, child, host_checks or [])
     cni = Flannel(
         f"{tenant.name}-cni",
         FlannelArgs(
@@ -137,7 +142,7 @@ def build_tenant(
         child,
     )
     gpu_nodes = None
-    if tenant.gpu_mode != "simulated":
+    if tenant.gpu_mode == "nvml-mock":
         gpu_nodes = GpuNodes(
             f"{tenant.name}-gpu-nodes",
             GpuNodesArgs(
@@ -243,7 +248,8 @@ def build_lab(cfg: LabConfig, stack: str) -> Lab:
     metallb, kamaji = _platform(cfg, plan, management)
     platform: list[pulumi.Resource] = [p for p in (metallb, kamaji) if p is not None]
     tenants = {
-        t.name: build_tenant(cfg, t, plan, network_name, management, platform) for t in cfg.tenants
+        t.name: build_tenant(cfg, t, plan, network_name, management, platform, first)
+        for t in cfg.tenants
     }
     spec = spec_output(cfg, plan, stack, management, tenants)
     validation = _validation(cfg, stack, spec, tenants) if cfg.validate_lab else None

@@ -22,6 +22,7 @@ def kind_environment(args: ManagementClusterArgs) -> dict[str, pulumi.Input[str]
     return {
         "KIND_CLUSTER_NAME": args.cluster_name,
         "KIND_CONFIG": kind_cluster_config(args.cluster_name, args.node_image),
+        "KIND_NODE_IMAGE": args.node_image,  # a cluster of that name is reused only on this image
         # Undocumented but stable: kind joins this network (ours, IPv4 only) instead of
         # creating its dual-stack `kind` network. kind prints a warning about it.
         "KIND_EXPERIMENTAL_DOCKER_NETWORK": args.network_name,

@@ -10,14 +10,24 @@ from __future__ import annotations
 
 import shlex
 
-from components.scripts import KUBECONFIG_PRELUDE, STRICT
+from components.scripts import KUBECONFIG_PRELUDE, SET_NODE_LABELS_COMMAND, STRICT
 
 # Root or passwordless sudo: a prompt would hang a non-interactive SSH session.
 AS_ROOT = 'SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo -n"\n'
+# Named on every kubeadm call: with a second runtime (cri-dockerd, CRI-O) kubeadm refuses to guess.
+CRI_SOCKET = "unix:///run/containerd/containerd.sock"
+CONTAINERD_CONFIG = "/etc/containerd/config.toml"
+# Kubernetes v1.35 is the last minor that supports containerd 1.x.
+FIRST_MINOR_WITHOUT_CONTAINERD_1 = (1, 36)
 
 
 def _minor(version: str) -> str:
     return ".".join(version.lstrip("v").split(".")[:2])
+
+
+def required_containerd_major(kubernetes_version: str) -> int:
+    major, minor = (int(part) for part in _minor(kubernetes_version).split("."))
+    return 2 if (major, minor) >= FIRST_MINOR_WITHOUT_CONTAINERD_1 else 1
 
 
 def prepare_script(node_name: str, kubernetes_version: str, gpu_mode: str) -> str:
@@ -26,7 +36,7 @@ def prepare_script(node_name: str, kubernetes_version: str, gpu_mode: str) -> st
     minor = _minor(kubernetes_version)
     node = shlex.quote(node_name)
     return (
-        "set -eu\n"
+        STRICT
         + AS_ROOT
         + f"""\
 command -v apt-get >/dev/null || {{
@@ -39,14 +49,16 @@ printf 'net.bridge.bridge-nf-call-iptables=1\\nnet.ipv4.ip_forward=1\\n' \\
 $SUDO sysctl --system >/dev/null
 export DEBIAN_FRONTEND=noninteractive
 if ! command -v containerd >/dev/null; then
-  $SUDO apt-get update -q && $SUDO apt-get install -yq containerd
-  $SUDO mkdir -p /etc/containerd
-  containerd config default | sed 's/SystemdCgroup = false/SystemdCgroup = true/' \\
-    | $SUDO tee /etc/containerd/config.toml >/dev/null
-  $SUDO systemctl restart containerd
+  $SUDO apt-get update -q
+  $SUDO apt-get install -yq containerd
 fi
+"""
+        + _containerd_version_check(node, kubernetes_version)
+        + _containerd_config_reconcile(node)
+        + f"""\
 if [ "$(kubeadm version -o short 2>/dev/null || true)" != "v{version}" ]; then
-  $SUDO apt-get update -q && $SUDO apt-get install -yq apt-transport-https ca-certificates curl gpg
+  $SUDO apt-get update -q
+  $SUDO apt-get install -yq apt-transport-https ca-certificates curl gpg
   $SUDO mkdir -p -m 755 /etc/apt/keyrings
   repo=https://pkgs.k8s.io/core:/stable:/v{minor}/deb/
   keyring=/etc/apt/keyrings/kubernetes-apt-keyring.gpg
@@ -65,6 +77,55 @@ $SUDO systemctl enable --now kubelet >/dev/null 2>&1 || true
     )
 
 
+def _containerd_version_check(node: str, kubernetes_version: str) -> str:
+    """Stops on a containerd the tenant's kubelet no longer supports, with the fix."""
+    required = required_containerd_major(kubernetes_version)
+    if required == 1:
+        return ""
+    # `containerd --version` prints: containerd <package> <version> <revision>
+    return f"""\
+containerd_version=$(containerd --version | awk '{{print $3}}')
+containerd_version=${{containerd_version#v}}
+if [ "${{containerd_version%%.*}}" -lt {required} ]; then
+  echo {node}": containerd $containerd_version is too old for Kubernetes {kubernetes_version}," \\
+    "which needs containerd {required}.x (v1.35 was the last minor for containerd 1.x):" \\
+    "install containerd {required}.x (e.g. the containerd.io package from Docker's apt" \\
+    "repository), then run pulumi up again" >&2
+  exit 1
+fi
+"""
+
+
+def _containerd_config_reconcile(node: str) -> str:
+    """Makes containerd serve CRI with the systemd cgroup driver the kubelet is set up with.
+
+    An existing config is merged, not skipped: Docker's containerd.io package ships one with
+    `disabled_plugins = ["cri"]` and no CRI section (then containerd's defaults are the base,
+    the old file kept as .bak), and older defaults say `SystemdCgroup = false`. containerd
+    restarts only when the file changed.
+    """
+    config = CONTAINERD_CONFIG
+    return f"""\
+$SUDO mkdir -p /etc/containerd
+before=$($SUDO cat {config} 2>/dev/null | cksum)
+if ! $SUDO grep -q 'SystemdCgroup' {config} 2>/dev/null; then
+  if $SUDO test -f {config}; then $SUDO cp {config} {config}.bak; fi
+  containerd config default | $SUDO tee {config} >/dev/null
+fi
+drop_cri="s/[\\"'][^\\"']*cri[^\\"']*[\\"'] *,\\{{0,1\\}} *//g; s/, *]/]/"
+$SUDO sed -i -e "/^ *disabled_plugins *=/{{$drop_cri}}" \\
+  -e 's/SystemdCgroup = false/SystemdCgroup = true/' {config}
+if $SUDO grep -Eq "^ *disabled_plugins *=.*cri" {config} \\
+    || ! $SUDO grep -q 'SystemdCgroup = true' {config}; then
+  echo {node}": could not enable CRI with SystemdCgroup = true in {config}: fix it by hand" >&2
+  exit 1
+fi
+if [ "$($SUDO cat {config} | cksum)" != "$before" ]; then
+  $SUDO systemctl restart containerd
+fi
+"""
+
+
 def _gpu_report(node: str) -> str:
     return f"""\
 if ! nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader >&2; then
@@ -75,7 +136,7 @@ if ! command -v nvidia-ctk >/dev/null; then
   echo {node}": NVIDIA Container Toolkit missing: install nvidia-container-toolkit first" >&2
   exit 1
 fi
-if ! grep -q 'nvidia' /etc/containerd/config.toml 2>/dev/null; then
+if ! grep -q 'nvidia' {CONTAINERD_CONFIG} 2>/dev/null; then
   $SUDO nvidia-ctk runtime configure --runtime=containerd >&2
   $SUDO systemctl restart containerd
 fi
@@ -83,16 +144,23 @@ echo {node}": NVIDIA driver and container toolkit present" >&2
 """
 
 
-def remote_join_script(node_name: str, join_timeout_seconds: int = 120) -> str:
-    """Joins the host once; the tenant's admin kubeconfig is read from stdin and removed again."""
+def remote_join_script(
+    node_name: str, node_labels: str = "", join_timeout_seconds: int = 120
+) -> str:
+    """Joins the host once, registering it with `node_labels` (`key=value,...`).
+
+    The tenant's admin kubeconfig is read from stdin and removed again.
+    """
     node = shlex.quote(node_name)
+    labels = shlex.quote(node_labels) if node_labels else "''"
     return (
-        "set -eu\n"
+        STRICT
         + AS_ROOT
         + f"""\
 if $SUDO test -f /etc/kubernetes/kubelet.conf; then
   cat >/dev/null; echo {node}" already joined" >&2; exit 0
 fi
+$SUDO {SET_NODE_LABELS_COMMAND} {labels}
 $SUDO install -d -m 700 /etc/kubernetes
 $SUDO sh -c 'umask 077 && cat > /etc/kubernetes/lab-admin.conf'
 trap '$SUDO rm -f /etc/kubernetes/lab-admin.conf' EXIT
@@ -106,19 +174,28 @@ until join=$($SUDO kubeadm token create --print-join-command --ttl 30m \\
 done
 $SUDO rm -f /etc/kubernetes/lab-admin.conf
 # shellcheck disable=SC2086 # the join command is split into its arguments on purpose
-$SUDO $join --node-name {node} >&2
+$SUDO $join --node-name {node} --cri-socket {CRI_SOCKET} >&2
 echo {node}" joined" >&2
 """
     )
 
 
 def remote_reset_script(node_name: str) -> str:
-    """Undoes the join on destroy, so the host can join again later."""
+    """Undoes the join on destroy, so the host can join again later, clean.
+
+    `kubeadm reset` leaves the CNI configuration and network devices behind (it says so);
+    flannel's config and its VXLAN device go too, and the lab's node labels.
+    """
+    node = shlex.quote(node_name)
     return (
-        "set -eu\n"
+        STRICT
         + AS_ROOT
-        + "$SUDO kubeadm reset -f >&2 "
-        + f"|| echo {shlex.quote(node_name)}': kubeadm reset failed' >&2\n"
+        + f"""\
+$SUDO kubeadm reset -f --cri-socket {CRI_SOCKET} >&2 || echo {node}": kubeadm reset failed" >&2
+$SUDO rm -f /etc/cni/net.d/10-flannel.conflist
+$SUDO ip link del flannel.1 2>/dev/null || true
+$SUDO {SET_NODE_LABELS_COMMAND} ''
+"""
     )
 
 
@@ -136,14 +213,4 @@ until kubectl get node "$NODE_NAME" >/dev/null 2>&1; do
   sleep 3
 done
 """
-    )
-
-
-def node_delete_script() -> str:
-    """Removes the node object from the tenant on destroy; bounded, never blocks destroy."""
-    return (
-        STRICT
-        + KUBECONFIG_PRELUDE
-        + 'kubectl --request-timeout=20s delete node "$NODE_NAME" --ignore-not-found \\\n'
-        + '  || echo "warning: could not delete node $NODE_NAME from its tenant" >&2\n'
     )

@@ -8,13 +8,14 @@ import pulumi
 import pulumi_command as command
 
 from components.config import RemoteWorker
+from components.gpu_nodes import kubelet_node_labels, registration_labels
 from components.remote_scripts import (
-    node_delete_script,
     node_registered_script,
     prepare_script,
     remote_join_script,
     remote_reset_script,
 )
+from components.scripts import node_delete_script
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,7 @@ class RemoteWorkerPool(pulumi.ComponentResource):
     ) -> None:
         super().__init__("kamaji-hami-lab:index:RemoteWorkerPool", name, None, opts)
         key = pulumi.Output.secret(args.ssh_private_key)
+        labels = kubelet_node_labels(registration_labels(args.gpu_mode))
         self.joins: list[pulumi.Resource] = []
         for worker in args.workers:
             ssh = connection(worker, key)
@@ -55,14 +57,21 @@ class RemoteWorkerPool(pulumi.ComponentResource):
                 triggers=[args.kubernetes_version, args.gpu_mode, worker.host],
                 opts=pulumi.ResourceOptions(parent=self),
             )
+            # Reset, then join afresh, when the host or its labels change: the kubelet applies
+            # --node-labels only when it registers the Node. Both act on the same node, hence
+            # delete before replace, here and for `registered`.
             join = command.remote.Command(
                 f"{worker.name}-join",
                 connection=ssh,
-                create=remote_join_script(worker.name),
+                create=remote_join_script(worker.name, labels),
                 delete=remote_reset_script(worker.name),
                 stdin=args.tenant_kubeconfig,
-                triggers=[worker.host],
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[prepare, args.control_plane]),
+                triggers=[worker.host, labels],
+                opts=pulumi.ResourceOptions(
+                    parent=self,
+                    depends_on=[prepare, args.control_plane],
+                    delete_before_replace=True,
+                ),
             )
             # Runs where Pulumi runs: waits for the node object, and deletes it on destroy.
             registered = command.local.Command(
@@ -71,7 +80,9 @@ class RemoteWorkerPool(pulumi.ComponentResource):
                 delete=node_delete_script(),
                 environment={"NODE_NAME": worker.name, "LAB_KUBECONFIG": args.tenant_kubeconfig},
                 triggers=[join.id],
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[join]),
+                opts=pulumi.ResourceOptions(
+                    parent=self, depends_on=[join], delete_before_replace=True
+                ),
             )
             self.joins.append(registered)
         self.node_names = [worker.name for worker in args.workers]

@@ -7,6 +7,8 @@ cannot break. Every script is idempotent: re-running it after success changes no
 
 from __future__ import annotations
 
+import shlex
+
 import yaml
 
 STRICT = "set -eu\n"
@@ -18,6 +20,28 @@ trap 'rm -f "$kubeconfig_file"' EXIT
 printf '%s\\n' "$LAB_KUBECONFIG" > "$kubeconfig_file"
 export KUBECONFIG="$kubeconfig_file"
 """
+
+# Sets the kubelet's --node-labels in KUBELET_EXTRA_ARGS of the file $1 to the labels $2 (none
+# when empty), keeping every other argument and line. The kubelet reads the file through its
+# systemd drop-in (EnvironmentFile=-/etc/default/kubelet) and applies --node-labels when it
+# registers the Node, so a node that registers again (after a leave, a reset, a new container)
+# carries the labels without anyone patching it.
+SET_KUBELET_NODE_LABELS = """\
+set -eu
+set -f
+file=$1
+args=$(sed -n 's/^KUBELET_EXTRA_ARGS=//p' "$file" 2>/dev/null | tail -n 1 | tr -d '"')
+kept=""
+for arg in $args; do
+  case "$arg" in --node-labels=*) ;; *) kept="$kept $arg" ;; esac
+done
+[ -z "$2" ] || kept="$kept --node-labels=$2"
+{ grep -v '^KUBELET_EXTRA_ARGS=' "$file" 2>/dev/null || true
+  printf 'KUBELET_EXTRA_ARGS="%s"\\n' "${kept# }"; } > "$file.new"
+mv "$file.new" "$file"
+"""
+# Run as root on the node with the labels as its one argument.
+SET_NODE_LABELS_COMMAND = f"sh -c {shlex.quote(SET_KUBELET_NODE_LABELS)} sh /etc/default/kubelet"
 
 
 def kind_cluster_config(name: str, node_image: str) -> str:
@@ -35,19 +59,42 @@ def kind_cluster_config(name: str, node_image: str) -> str:
 def kind_create_script() -> str:
     """Creates the cluster unless it exists, then prints its kubeconfig (the only stdout).
 
-    Needs KIND_CLUSTER_NAME, KIND_CONFIG and KIND_EXPERIMENTAL_DOCKER_NETWORK, which points
-    kind at the lab's own IPv4-only network instead of the dual-stack one it would create.
+    Needs KIND_CLUSTER_NAME, KIND_CONFIG, KIND_NODE_IMAGE and KIND_EXPERIMENTAL_DOCKER_NETWORK,
+    which points kind at the lab's own IPv4-only network instead of the dual-stack one it would
+    create. A cluster of that name is reused only if its node runs the pinned image on the lab
+    network: anything else (a leftover on kind's own `kind` network, another image) stops here.
+    kind writes its context to a temp file, not to the user's ~/.kube/config.
     """
     return (
         STRICT
         + """\
+kind_kubeconfig=$(mktemp)
+config_file=$(mktemp)
+trap 'rm -f "$kind_kubeconfig" "$config_file"' EXIT
+node="$KIND_CLUSTER_NAME-control-plane"
 if kind get clusters 2>/dev/null | grep -qx "$KIND_CLUSTER_NAME"; then
-  echo "kind cluster $KIND_CLUSTER_NAME exists; reusing it" >&2
+  image=$(docker inspect -f '{{.Config.Image}}' "$node" 2>/dev/null || true)
+  network_names='{{range $name, $_ := .NetworkSettings.Networks}}{{$name}} {{end}}'
+  networks=$(docker inspect -f "$network_names" "$node" 2>/dev/null || true)
+  if [ "$image" != "$KIND_NODE_IMAGE" ]; then
+    echo "kind cluster $KIND_CLUSTER_NAME exists, but $node runs '${image:-no container}'," \\
+      "not $KIND_NODE_IMAGE: remove it (kind delete cluster --name $KIND_CLUSTER_NAME)" \\
+      "or set another managementClusterName" >&2
+    exit 1
+  fi
+  case " $networks" in
+    *" $KIND_EXPERIMENTAL_DOCKER_NETWORK "*) ;;
+    *)
+      echo "kind cluster $KIND_CLUSTER_NAME exists, but $node is on the network(s)" \\
+        "'${networks% }', not $KIND_EXPERIMENTAL_DOCKER_NETWORK: remove it" \\
+        "(kind delete cluster --name $KIND_CLUSTER_NAME) or set another managementClusterName" >&2
+      exit 1 ;;
+  esac
+  echo "kind cluster $KIND_CLUSTER_NAME exists on $KIND_EXPERIMENTAL_DOCKER_NETWORK; reusing it" >&2
 else
-  config_file=$(mktemp)
-  trap 'rm -f "$config_file"' EXIT
   printf '%s\\n' "$KIND_CONFIG" > "$config_file"
-  kind create cluster --name "$KIND_CLUSTER_NAME" --config "$config_file" --wait 300s >&2
+  kind create cluster --name "$KIND_CLUSTER_NAME" --config "$config_file" \\
+    --kubeconfig "$kind_kubeconfig" --wait 300s >&2
 fi
 kind get kubeconfig --name "$KIND_CLUSTER_NAME"
 """
@@ -55,7 +102,15 @@ kind get kubeconfig --name "$KIND_CLUSTER_NAME"
 
 
 def kind_delete_script() -> str:
-    return STRICT + 'kind delete cluster --name "$KIND_CLUSTER_NAME"\n'
+    """Deletes the cluster; kind edits a temp kubeconfig, not the user's ~/.kube/config."""
+    return (
+        STRICT
+        + """\
+kind_kubeconfig=$(mktemp)
+trap 'rm -f "$kind_kubeconfig"' EXIT
+kind delete cluster --name "$KIND_CLUSTER_NAME" --kubeconfig "$kind_kubeconfig"
+"""
+    )
 
 
 def server_dry_run_wait(manifest_env: str, what: str, timeout_seconds: int) -> str:
@@ -143,9 +198,10 @@ echo "$API_ENDPOINT answers" >&2
 def worker_join_script(join_timeout_seconds: int = 120) -> str:
     """Joins a kindest/node container to its tenant with kubeadm, once.
 
-    Needs NODE_NAME and LAB_KUBECONFIG (the tenant's admin kubeconfig). The token is created
-    inside the node with the node's own kubeadm (the host needs none), retried because Kamaji's
-    bootstrap RBAC lands in the tenant a little after the control plane reports Ready.
+    Needs NODE_NAME, NODE_LABELS (`key=value,...` the kubelet registers the node with; may be
+    empty) and LAB_KUBECONFIG (the tenant's admin kubeconfig). The token is created inside the
+    node with the node's own kubeadm (the host needs none), retried because Kamaji's bootstrap
+    RBAC lands in the tenant a little after the control plane reports Ready.
     """
     return (
         STRICT
@@ -161,6 +217,7 @@ if docker exec "$NODE_NAME" test -f /etc/kubernetes/kubelet.conf; then
   echo "$NODE_NAME already joined" >&2; exit 0
 fi
 docker exec "$NODE_NAME" modprobe br_netfilter 2>/dev/null || true
+docker exec "$NODE_NAME" {SET_NODE_LABELS_COMMAND} "$NODE_LABELS"
 printf '%s\\n' "$LAB_KUBECONFIG" | docker exec -i "$NODE_NAME" \\
   sh -c 'umask 077 && cat > /etc/kubernetes/lab-admin.conf'
 trap 'docker exec "$NODE_NAME" rm -f /etc/kubernetes/lab-admin.conf' EXIT
@@ -182,20 +239,19 @@ echo "$NODE_NAME joined" >&2
     )
 
 
-def worker_leave_script() -> str:
-    """Removes the node object from its tenant before the container goes.
+def node_delete_script() -> str:
+    """Removes the node object from its tenant on destroy, with kubectl on the host.
 
-    Best effort with a bound: a tenant that is already gone must not block `pulumi destroy`.
+    Needs NODE_NAME and LAB_KUBECONFIG. It needs nothing from the node itself, so a worker
+    container that is stopped or already gone, or a remote host that is down, does not stop
+    `pulumi destroy`; a tenant that is unreachable (or already gone) only yields a warning.
+    LAB_KUBECONFIG is the copy stored at the last `pulumi up`: its client certificate stays
+    valid until it expires (Kamaji issues it for a year and renews it a day before), so
+    reading the Secret afresh would buy nothing.
     """
     return (
         STRICT
-        + """\
-if ! docker inspect "$NODE_NAME" >/dev/null 2>&1; then exit 0; fi
-printf '%s\\n' "$LAB_KUBECONFIG" | docker exec -i "$NODE_NAME" \\
-  sh -c 'umask 077 && cat > /etc/kubernetes/lab-admin.conf'
-docker exec "$NODE_NAME" kubectl --kubeconfig /etc/kubernetes/lab-admin.conf \\
-  --request-timeout=20s delete node "$NODE_NAME" --ignore-not-found \\
-  || echo "warning: could not delete node $NODE_NAME from its tenant" >&2
-docker exec "$NODE_NAME" rm -f /etc/kubernetes/lab-admin.conf
-"""
+        + KUBECONFIG_PRELUDE
+        + 'kubectl --request-timeout=20s delete node "$NODE_NAME" --ignore-not-found \\\n'
+        + '  || echo "warning: could not delete node $NODE_NAME from its tenant" >&2\n'
     )

@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_command as command
 import pulumi_docker as docker
 
-from components.scripts import worker_join_script, worker_leave_script
+from components.gpu_nodes import kubelet_node_labels, registration_labels
+from components.scripts import node_delete_script, worker_join_script
 from components.tenant import LAB_LABEL
+
+# The labels the node's kubelet registers with, kept on the container too: the container is
+# replaced (a fresh node registers) when they change, since a kubelet applies --node-labels
+# only when it creates its Node.
+NODE_LABELS_LABEL = "kamaji-hami-lab/node-labels"
+PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY")
+# In-cluster names kind adds to NO_PROXY as well (CoreDNS's default service domains).
+CLUSTER_DOMAINS = (".svc", ".svc.cluster", ".svc.cluster.local")
 
 
 @dataclass(frozen=True)
@@ -20,18 +31,68 @@ class WorkerPoolArgs:
     network_name: pulumi.Input[str]
     tenant_kubeconfig: pulumi.Input[str]
     control_plane: pulumi.Resource
+    gpu_mode: str
+    # Never proxied: the lab subnet, the tenant's pod and service CIDRs.
+    no_proxy: tuple[str, ...]
+    # What must finish before Docker is touched at all (the host preflight).
+    after: Sequence[pulumi.Resource] = field(default_factory=list)
+
+
+def proxy_environment(
+    host_env: Mapping[str, str], no_proxy: Sequence[str], node_names: Sequence[str]
+) -> list[str]:
+    """The proxy settings of the host for a worker container, as kind passes them to its nodes.
+
+    Each of HTTP_PROXY, HTTPS_PROXY and NO_PROXY is taken from the host (upper case first, then
+    lower case) and passed in both cases; when any is set, NO_PROXY also lists the lab's own
+    networks, the node names and the cluster domains, so containerd pulls through the proxy
+    while in-lab traffic does not. The node image turns these into systemd's default
+    environment, so containerd and the kubelet see them. No proxy on the host: no variables.
+    """
+    values = {
+        name: host_env.get(name) or host_env.get(name.lower()) or "" for name in PROXY_VARIABLES
+    }
+    if not any(values.values()):
+        return []
+    values["NO_PROXY"] = ",".join(
+        part for part in (values["NO_PROXY"], *no_proxy, *node_names, *CLUSTER_DOMAINS) if part
+    )
+    return [
+        f"{key}={values[name]}"
+        for name in PROXY_VARIABLES
+        if values[name]
+        for key in (name, name.lower())
+    ]
 
 
 def node_container_args(
-    node_name: str, tenant_name: str, image: pulumi.Input[str], network_name: pulumi.Input[str]
+    node_name: str,
+    tenant_name: str,
+    image: pulumi.Input[str],
+    network_name: pulumi.Input[str],
+    node_labels: Mapping[str, str] | None = None,
+    env: Sequence[str] = (),
 ) -> dict:
-    """The flags kind gives its own nodes: systemd inside, privileged, private cgroup namespace."""
+    """The flags kind gives its own nodes: systemd inside, privileged, private cgroup namespace.
+
+    Every input below is one the Docker daemon stores as given (or one the provider does not read
+    back), so the next `pulumi up` reads back what it declared and replaces nothing. The one
+    exception Docker makes: a privileged container without a `label=` security option gets
+    `label=disable` appended, so it is declared here, as Docker would add it.
+    """
+    labels = [
+        docker.ContainerLabelArgs(label=LAB_LABEL, value=tenant_name),
+        docker.ContainerLabelArgs(label="app.kubernetes.io/part-of", value="kamaji-hami-lab"),
+    ]
+    if node_labels:
+        registered = kubelet_node_labels(dict(node_labels))
+        labels.append(docker.ContainerLabelArgs(label=NODE_LABELS_LABEL, value=registered))
     return {
         "name": node_name,
         "hostname": node_name,
         "image": image,
         "privileged": True,
-        "security_opts": ["seccomp=unconfined", "apparmor=unconfined"],
+        "security_opts": ["seccomp=unconfined", "apparmor=unconfined", "label=disable"],
         "tmpfs": {"/tmp": "", "/run": ""},
         "volumes": [
             # an anonymous volume, as kind's --volume /var; removed with the container
@@ -47,15 +108,19 @@ def node_container_args(
         "max_retry_count": 1,
         "remove_volumes": True,
         "networks_advanced": [docker.ContainerNetworksAdvancedArgs(name=network_name)],
-        "labels": [
-            docker.ContainerLabelArgs(label=LAB_LABEL, value=tenant_name),
-            docker.ContainerLabelArgs(label="app.kubernetes.io/part-of", value="kamaji-hami-lab"),
-        ],
+        "labels": labels,
+        # A proxy URL may carry credentials.
+        "envs": pulumi.Output.secret(list(env)) if env else None,
     }
 
 
 class WorkerPool(pulumi.ComponentResource):
-    """All worker nodes of one tenant."""
+    """All worker nodes of one tenant.
+
+    A changed proxy setting on the host (HTTP(S)_PROXY, NO_PROXY where `pulumi up` runs)
+    replaces the worker containers, as every container environment change does: run
+    `pulumi up` from a shell with the same proxy settings each time.
+    """
 
     def __init__(
         self, name: str, args: WorkerPoolArgs, opts: pulumi.ResourceOptions | None = None
@@ -65,27 +130,37 @@ class WorkerPool(pulumi.ComponentResource):
             f"{name}-image",
             name=args.image,
             keep_locally=True,  # other tenants and kind itself share the image
-            opts=pulumi.ResourceOptions(parent=self),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.after)),
         )
+        labels = registration_labels(args.gpu_mode)
+        env = proxy_environment(os.environ, args.no_proxy, args.node_names)
         self.containers: list[docker.Container] = []
         self.joins: list[command.local.Command] = []
         for node_name in args.node_names:
             container = docker.Container(
                 node_name,
                 **node_container_args(
-                    node_name, args.tenant_name, image.image_id, args.network_name
+                    node_name, args.tenant_name, image.image_id, args.network_name, labels, env
                 ),
                 opts=pulumi.ResourceOptions(parent=self),
             )
             join = command.local.Command(
                 f"{node_name}-join",
                 create=worker_join_script(),
-                delete=worker_leave_script(),
-                environment={"NODE_NAME": node_name, "LAB_KUBECONFIG": args.tenant_kubeconfig},
+                # Host kubectl only: works whether the container runs, stopped or is gone.
+                delete=node_delete_script(),
+                environment={
+                    "NODE_NAME": node_name,
+                    "NODE_LABELS": kubelet_node_labels(labels),
+                    "LAB_KUBECONFIG": args.tenant_kubeconfig,
+                },
                 # A new container must join again; the script skips a node that has joined.
                 triggers=[container.id],
                 opts=pulumi.ResourceOptions(
-                    parent=self, depends_on=[container, args.control_plane]
+                    parent=self,
+                    depends_on=[container, args.control_plane],
+                    # Both ends act on the Node of this name: remove the old one first.
+                    delete_before_replace=True,
                 ),
             )
             self.containers.append(container)

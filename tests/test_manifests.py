@@ -112,7 +112,12 @@ def test_worker_container_has_kinds_node_flags():
     args = node_container_args("tenant-a-worker-1", "tenant-a", "img-id", "kamaji-hami-lab")
     assert args["privileged"] is True
     assert args["hostname"] == args["name"] == "tenant-a-worker-1"
-    assert set(args["security_opts"]) == {"seccomp=unconfined", "apparmor=unconfined"}
+    # label=disable: what Docker adds to a privileged container anyway (T2, tests/test_workers.py)
+    assert set(args["security_opts"]) == {
+        "seccomp=unconfined",
+        "apparmor=unconfined",
+        "label=disable",
+    }
     assert args["tmpfs"] == {"/tmp": "", "/run": ""}
     assert args["cgroupns_mode"] == "private" and args["init"] is False and args["tty"] is True
     assert (args["restart"], args["max_retry_count"]) == ("on-failure", 1)
