@@ -63,10 +63,21 @@ def test_the_hosts_proxy_reaches_the_workers_as_kind_passes_it():
     ]
 
 
-def test_proxy_settings_are_secret_in_the_container_inputs():
-    env = proxy_environment({"HTTP_PROXY": "http://user:pw@proxy:3128"}, CIDRS, NODES)
-    args = node_container_args(NODES[0], "tenant-a", IMAGE_ID, "lab", {}, env)
-    assert args["envs"] is not None and args["envs"].is_secret is not None  # an Output, secret
+def test_the_hosts_proxy_reaches_every_worker_as_a_secret(monkeypatch: pytest.MonkeyPatch):
+    """T9: read where the program runs; a proxy URL may carry credentials."""
+    for name in ("HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy", "https_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTPS_PROXY", "http://user:pw@proxy:3128")
+    run = run_program(stack_config("lab"))
+    containers = run.of_type("docker:index/container:Container")
+    assert len(containers) == 2  # one worker per tenant in Pulumi.lab.yaml
+    for container in containers:
+        assert container.is_secret("envs")
+        assert container.inputs["envs"][:2] == [
+            "HTTPS_PROXY=http://user:pw@proxy:3128",
+            "https_proxy=http://user:pw@proxy:3128",
+        ]
+        assert container.inputs["envs"][2].startswith("NO_PROXY=172.30.0.0/16,")
 
 
 # --------------------------------------------------------------------------- node labels
