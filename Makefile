@@ -13,6 +13,9 @@ INSTALL_pulumi  := curl -fsSL https://get.pulumi.com | sh
 INSTALL_kind    := go install sigs.k8s.io/kind@v0.31.0 (or curl -Lo kind https://kind.sigs.k8s.io/dl/v0.31.0/kind-linux-amd64)
 INSTALL_docker  := Docker Engine, rootful: https://docs.docker.com/engine/install/
 INSTALL_kubectl := https://kubernetes.io/docs/tasks/tools/install-kubectl-linux/
+INSTALL_curl    := e.g. sudo apt-get install curl
+INSTALL_git     := e.g. sudo apt-get install git
+INSTALL_helm    := Helm 3: https://helm.sh/docs/intro/install/
 INSTALL_python3 := Python >= 3.11 with venv, e.g. sudo apt-get install python3 python3-venv
 require = @missing=0; $(foreach t,$(1),command -v $(t) >/dev/null 2>&1 || { echo "missing $(t): $(INSTALL_$(t))"; missing=1; };) exit $$missing
 need_passphrase = @test -n "$$PULUMI_CONFIG_PASSPHRASE" || { \
@@ -25,7 +28,7 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt
 	touch $@
 
 up-ready:
-	$(call require,pulumi kind docker kubectl python3)
+	$(call require,pulumi kind docker kubectl curl git helm python3)
 	$(need_passphrase)
 
 # State lives in ~/.pulumi-kamaji-hami-lab (Pulumi.yaml's backend); secrets use a passphrase.

@@ -83,7 +83,13 @@ def error_text(error: Exception) -> str:
 
 
 def tool_version(tool: str, run: Run) -> str | None:
-    args = {"kind": ["kind", "version"], "kubectl": ["kubectl", "version", "--client"]}[tool]
+    args = {
+        "kind": ["kind", "version"],
+        "kubectl": ["kubectl", "version", "--client"],
+        "curl": ["curl", "--version"],
+        "git": ["git", "--version"],
+        "helm": ["helm", "version", "--short"],
+    }[tool]
     if shutil.which(tool) is None:
         return None
     try:
@@ -155,6 +161,6 @@ def read_host_facts(
         mem_available_mb=_mem_available_mb(root / "proc/meminfo"),
         disk_free_gb=usage.free / 1e9,
         docker=read_docker(run),
-        tools={tool: tool_version(tool, run) for tool in ("kind", "kubectl")},
+        tools={tool: tool_version(tool, run) for tool in ("kind", "kubectl", "curl", "git", "helm")},
         routes=read_routes(run),
     )

@@ -55,6 +55,9 @@ TOOL_INSTALL = {
         "&& sudo mv ./kind /usr/local/bin/kind"
     ),
     "kubectl": "install kubectl: https://kubernetes.io/docs/tasks/tools/install-kubectl-linux/",
+    "curl": "install curl, e.g. sudo apt-get install curl",
+    "git": "install git, e.g. sudo apt-get install git",
+    "helm": "install Helm 3: https://helm.sh/docs/intro/install/",
 }
 
 
@@ -93,6 +96,9 @@ class HostPlan:
     kind_cluster: bool  # the management cluster is kind on this host, on a network we create
     network_name: str
     subnet: str
+    # Kamaji's charts are cloned from its git tag and their dependencies built on this host
+    # (components/kamaji_chart.py): git and helm are needed wherever the lab installs Kamaji.
+    kamaji_charts: bool = True
 
 
 def host_plan(cfg: LabConfig) -> HostPlan | None:
@@ -108,6 +114,7 @@ def host_plan(cfg: LabConfig) -> HostPlan | None:
         kind_cluster=kind_cluster,
         network_name=cfg.network_name,
         subnet=cfg.subnet,
+        kamaji_charts=kind_cluster or cfg.install_platform,
     )
 
 
@@ -295,8 +302,15 @@ def _kind_version(line: str | None) -> tuple[int, int, int] | None:
     return tuple(int(g) for g in match.groups()) if match else None  # type: ignore[return-value]
 
 
-def tool_findings(tools: dict[str, str | None], kind_cluster: bool) -> list[Finding]:
-    needed = ["kubectl", *(["kind"] if kind_cluster else [])]
+def tool_findings(
+    tools: dict[str, str | None], kind_cluster: bool, kamaji_charts: bool = False
+) -> list[Finding]:
+    needed = [
+        "kubectl",
+        "curl",  # each tenant's API address is probed from the host (/healthz gate)
+        *(["kind"] if kind_cluster else []),
+        *(["git", "helm"] if kamaji_charts else []),
+    ]
     findings = [
         Finding(
             tool,
@@ -419,7 +433,7 @@ def check_host(facts: HostFacts, plan: HostPlan, previous: Sizing | None = None)
         ),
         *size_findings(facts, plan.sizing, previous),
         *docker_findings(facts.docker),
-        *tool_findings(facts.tools, plan.kind_cluster),
+        *tool_findings(facts.tools, plan.kind_cluster, plan.kamaji_charts),
         *subnet_findings(plan, facts.docker, facts.routes),
     ]
 
@@ -491,6 +505,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--network", default="kamaji-hami-lab", help="the lab's Docker network")
     parser.add_argument("--subnet", default="172.30.0.0/16")
     parser.add_argument("--kind-cluster", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument(
+        "--kamaji-charts",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the lab installs Kamaji, whose charts are built here with git and helm",
+    )
     parser.add_argument("--previous", help="the stdout of the previous run (its sizing record)")
     return parser
 
@@ -515,6 +535,7 @@ def _flags_plan(args: argparse.Namespace) -> tuple[HostPlan, Sizing | None]:
         kind_cluster=args.kind_cluster,
         network_name=args.network,
         subnet=args.subnet,
+        kamaji_charts=args.kamaji_charts,
     )
     return plan, Sizing.from_record(args.previous)
 

@@ -36,6 +36,7 @@ def preflight_command(plan: HostPlan, python: str = sys.executable) -> str:
         "--subnet",
         plan.subnet,
         "--kind-cluster" if plan.kind_cluster else "--no-kind-cluster",
+        "--kamaji-charts" if plan.kamaji_charts else "--no-kamaji-charts",
     ]
     return shlex.join(args)
 

@@ -23,6 +23,9 @@ INSTALL_HINTS = {
     ),
     "docker": "missing docker: Docker Engine, rootful: https://docs.docker.com/engine/install/",
     "kubectl": "missing kubectl: https://kubernetes.io/docs/tasks/tools/install-kubectl-linux/",
+    "curl": "missing curl: e.g. sudo apt-get install curl",
+    "git": "missing git: e.g. sudo apt-get install git",
+    "helm": "missing helm: Helm 3: https://helm.sh/docs/intro/install/",
     "python3": (
         "missing python3: Python >= 3.11 with venv, e.g. sudo apt-get install python3 python3-venv"
     ),
@@ -65,7 +68,8 @@ def test_up_without_any_tool_prints_one_line_per_tool_and_does_nothing(tmp_path:
     done = make("up", tmp_path, empty, PULUMI_CONFIG_PASSPHRASE="x")
     assert done.returncode == 2
     assert done.stdout.splitlines() == [
-        INSTALL_HINTS[t] for t in ("pulumi", "kind", "docker", "kubectl", "python3")
+        INSTALL_HINTS[t]
+        for t in ("pulumi", "kind", "docker", "kubectl", "curl", "git", "helm", "python3")
     ]
     assert not (tmp_path / "venv").exists() and not (tmp_path / "home").exists()
 
@@ -73,7 +77,7 @@ def test_up_without_any_tool_prints_one_line_per_tool_and_does_nothing(tmp_path:
 def test_up_names_only_the_tools_that_are_missing(tmp_path: Path):
     log = tmp_path / "calls.log"
     bin_dir = tmp_path / "bin"
-    for tool in ("pulumi", "kind", "python3"):
+    for tool in ("pulumi", "kind", "curl", "git", "helm", "python3"):
         fake(bin_dir, tool, log)
     done = make("up", tmp_path, bin_dir, PULUMI_CONFIG_PASSPHRASE="x")
     assert done.returncode == 2
@@ -83,7 +87,7 @@ def test_up_names_only_the_tools_that_are_missing(tmp_path: Path):
 
 def tools_on_path(tmp_path: Path, log: Path) -> Path:
     bin_dir = tmp_path / "bin"
-    for tool in ("pulumi", "kind", "docker", "kubectl", "python3"):
+    for tool in ("pulumi", "kind", "docker", "kubectl", "curl", "git", "helm", "python3"):
         fake(bin_dir, tool, log)
     for tool in ("mkdir",):  # what the recipes themselves run
         (bin_dir / tool).symlink_to(shutil.which(tool))

@@ -56,7 +56,13 @@ GOOD = HostFacts(
     mem_available_mb=7000,
     disk_free_gb=60.0,
     docker=DOCKER,
-    tools={"kind": "kind v0.31.0 go1.25.5 linux/amd64", "kubectl": "Client Version: v1.35.0"},
+    tools={
+        "kind": "kind v0.31.0 go1.25.5 linux/amd64",
+        "kubectl": "Client Version: v1.35.0",
+        "curl": "curl 8.14.1 (x86_64-pc-linux-gnu)",
+        "git": "git version 2.47.3",
+        "helm": "v3.19.0+g3d8990f",
+    },
     routes=(
         Route("default", "eth0"),
         Route("192.168.1.0/24", "eth0"),
@@ -354,10 +360,23 @@ def test_kind_is_pinned_to_the_release_of_the_node_image(line, ok):
 
 
 def test_missing_tools_and_kind_only_when_kind_runs_here():
-    fixes = failed(replace(GOOD, tools={"kind": None, "kubectl": None}))
-    assert list(fixes) == ["kubectl", "kind"]
-    joined = replace(PLAN, kind_cluster=False)  # workers join another stack's cluster
-    assert list(failed(replace(GOOD, tools={"kubectl": "v1.35.0"}), joined)) == []
+    fixes = failed(replace(GOOD, tools={}))
+    assert list(fixes) == ["kubectl", "curl", "kind", "git", "helm"]
+    assert fixes["helm"] == ("install Helm 3: https://helm.sh/docs/intro/install/",)
+    # Workers join another stack's cluster, whose platform is installed already.
+    joined = replace(PLAN, kind_cluster=False, kamaji_charts=False)
+    tools = {"kubectl": "v1.35.0", "curl": "curl 8.14.1"}
+    assert list(failed(replace(GOOD, tools=tools), joined)) == []
+
+
+def test_git_and_helm_are_needed_wherever_the_lab_installs_kamaji():
+    """M3: Kamaji's charts are cloned from their git tag and built with helm on this host."""
+    cfg = {"tenants": [{"name": "a"}]}
+    assert host_plan(parse_config(cfg)).kamaji_charts
+    existing = {**cfg, "managementMode": "existing", "managementStack": "org/p/lab"}
+    assert host_plan(parse_config(existing)).kamaji_charts
+    no_platform = host_plan(parse_config({**existing, "installPlatform": False}))
+    assert not no_platform.kamaji_charts
 
 
 # --- subnet clashes (m12) --------------------------------------------------------------------
@@ -491,6 +510,9 @@ ANSWERS: dict[str, str | Exception] = {
     ),
     "kind version": "kind v0.31.0 go1.25.5 linux/amd64\n",
     "kubectl version --client": "Client Version: v1.35.0\nKustomize Version: v5.7.1\n",
+    "curl --version": "curl 8.14.1 (x86_64-pc-linux-gnu) libcurl/8.14.1\n",
+    "git --version": "git version 2.47.3\n",
+    "helm version --short": "v3.19.0+g3d8990f\n",
 }
 
 
@@ -552,6 +574,9 @@ def test_reads_the_host_from_proc_and_sys(tmp_path: Path, monkeypatch):
     assert facts.tools == {
         "kind": "kind v0.31.0 go1.25.5 linux/amd64",
         "kubectl": "Client Version: v1.35.0",
+        "curl": "curl 8.14.1 (x86_64-pc-linux-gnu) libcurl/8.14.1",
+        "git": "git version 2.47.3",
+        "helm": "v3.19.0+g3d8990f",
     }
     assert facts.docker.server_version == "28.2.2" and facts.routes is not None
 
@@ -560,7 +585,7 @@ def test_nf_conntrack_not_loaded_reads_as_none(tmp_path: Path, monkeypatch):
     monkeypatch.setattr("shutil.which", lambda tool: None)
     facts = read_host_facts(FakeHost(ANSWERS), tmp_path, disk_path=str(tmp_path))
     assert (facts.conntrack_max, facts.conntrack_hashsize) == (None, None)
-    assert facts.tools == {"kind": None, "kubectl": None}
+    assert facts.tools == dict.fromkeys(("kind", "kubectl", "curl", "git", "helm"))
 
 
 # --- the entry points: `make up` (--stack) and the program's command ------------------------
@@ -668,7 +693,7 @@ def test_the_command_line_carries_the_whole_plan():
     assert preflight_command(plan, python="/opt/lab venv/python") == (
         "'/opt/lab venv/python' -m components.preflight --tenants 2 --workers 2 "
         "--kube-proxy-version v1.35.0 --kube-proxy-version v1.36.0 "
-        "--network kamaji-hami-lab --subnet 172.30.0.0/16 --kind-cluster"
+        "--network kamaji-hami-lab --subnet 172.30.0.0/16 --kind-cluster --kamaji-charts"
     )
     argv = preflight_command(plan, python="py").split()[3:]
     parsed = preflight._parser().parse_args(argv)
@@ -713,6 +738,6 @@ def test_the_program_registers_an_update_path_and_no_replacing_triggers():
     assert check.inputs["update"].endswith('--previous "${PULUMI_COMMAND_STDOUT:-}"')
     assert check.inputs["create"].split(" -m ")[1] == (
         "components.preflight --tenants 2 --workers 2 --kube-proxy-version v1.35.0 "
-        "--network kamaji-hami-lab --subnet 172.30.0.0/16 --kind-cluster"
+        "--network kamaji-hami-lab --subnet 172.30.0.0/16 --kind-cluster --kamaji-charts"
     )
     assert "triggers" not in check.inputs
