@@ -82,6 +82,9 @@ def error_text(error: Exception) -> str:
     return str(error)
 
 
+HOST_TOOLS = ("kind", "kubectl", "curl", "git", "helm")  # what the program runs on this host
+
+
 def tool_version(tool: str, run: Run) -> str | None:
     args = {
         "kind": ["kind", "version"],
@@ -161,6 +164,6 @@ def read_host_facts(
         mem_available_mb=_mem_available_mb(root / "proc/meminfo"),
         disk_free_gb=usage.free / 1e9,
         docker=read_docker(run),
-        tools={tool: tool_version(tool, run) for tool in ("kind", "kubectl", "curl", "git", "helm")},
+        tools={tool: tool_version(tool, run) for tool in HOST_TOOLS},
         routes=read_routes(run),
     )
