@@ -182,6 +182,20 @@ def test_metallb_wait_gives_up_with_the_webhook_error(host: FakeHost):
     assert tmp_files(host) == []
 
 
+def test_metallb_wait_stops_when_the_controller_never_rolls_out(host: FakeHost):
+    result = run(
+        host,
+        metallb_webhook_wait_script(30),
+        LAB_KUBECONFIG="kc",
+        METALLB_MANIFEST="x",
+        FAKE_ROLLOUT_FAILS="1",
+    )
+    assert result.returncode == 1
+    assert "timed out waiting for the condition" in result.stderr
+    assert not [c for c in host.calls("kubectl") if "--dry-run=server" in c]
+    assert tmp_files(host) == []
+
+
 # --------------------------------------------------------------------------- container workers
 
 

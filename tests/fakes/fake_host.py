@@ -270,6 +270,10 @@ def kubectl(state: State, args: list[str]) -> int:
             return fail('failed calling webhook "ipaddresspoolvalidationwebhook.metallb.io"')
         return 0
     if "rollout" in args:
+        if os.environ.get("FAKE_ROLLOUT_FAILS"):
+            return fail(
+                "error: timed out waiting for the condition on deployments/metallb-controller"
+            )
         return 0
     denied = tenant_auth(state, args)
     if denied is not None:
