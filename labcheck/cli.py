@@ -32,7 +32,10 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--spec-env", metavar="VAR", help="read the spec JSON from an env var")
     p.add_argument("--cwd", help="Pulumi project directory for --stack (default: current)")
     p.add_argument(
-        "--report-dir", type=Path, help="write labcheck-report.json and labcheck-junit.xml here"
+        "--report-dir",
+        type=Path,
+        help="write labcheck-report.json, labcheck-junit.xml and the placement picture "
+        "(labcheck-placement.png/.svg) here",
     )
     p.add_argument(
         "--only",
@@ -107,6 +110,7 @@ def main(
             run_id=run_id,
             started=started,
             finished=_now(),
+            placement=ctx.card_maps,
         )
     reporter.summary(outcome, files)
     if outcome.interrupted is not None:

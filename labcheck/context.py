@@ -9,6 +9,7 @@ from typing import TypeVar
 from .cluster import Cluster, ClusterError, ClusterFactory, Obj, likely_cause
 from .hami import pending_reason
 from .objects import Created, Tracker, run_labels, tools_pod
+from .placement import TenantMap
 from .result import CheckFailed
 from .spec import Spec, Tenant, Timeouts
 from .waiting import Clock, WaitTimeout, wait_for
@@ -47,6 +48,8 @@ class RunContext:
     webhook_waits: dict[str, float | CheckFailed] = field(default_factory=dict)
     # tenant -> (pod, hami node annotation, spec.nodeName) of every GPU pod placed this run
     placements: dict[str, list[tuple[str, str, str]]] = field(default_factory=dict)
+    # tenant -> what HAMi holds on its cards at the end of the GPU checks (gpu.placement)
+    card_maps: dict[str, TenantMap] = field(default_factory=dict)
 
     @property
     def timeouts(self) -> Timeouts:

@@ -108,6 +108,12 @@ class CardState:
             return False
         return not (cores == 0 and self.usedcores >= self.devcore)
 
+    def largest_free_mb(self) -> int:
+        """The most memory the next pod can still get on this card: its free memory while a
+        slot is left and the cores are not all taken (a 0-core pod needs that too), else 0."""
+        free = self.devmem - self.usedmem
+        return free if self.fits(free, 0) else 0
+
     def take(self, mem: int, cores: int) -> None:
         self.used += 1
         self.usedmem += mem
@@ -135,16 +141,22 @@ def node_cards(node: Obj) -> list[CardState]:
     return parse_register(raw) if raw else []
 
 
+def holds_slices_on(pod: Obj, node: str) -> bool:
+    """Whether HAMi's scheduler cache counts the pod's slices on `node`: it carries the node
+    annotation and has not ended. A terminating pod (deletionTimestamp) still counts until it
+    is gone or ends."""
+    ann = pod.get("metadata", {}).get("annotations") or {}
+    return ann.get(ANN_NODE) == node and pod.get("status", {}).get("phase") not in (
+        "Succeeded",
+        "Failed",
+    )
+
+
 def apply_usage(cards: list[CardState], pods: list[Obj], node: str) -> None:
-    """Count live pods' slices on `node` as used, the way the scheduler's cache does."""
+    """Count the slices on `node` as used, the way the scheduler's cache does."""
     by_id = {c.id: c for c in cards}
     for p in pods:
-        ann = p.get("metadata", {}).get("annotations") or {}
-        if ann.get(ANN_NODE) != node:
-            continue
-        if p.get("status", {}).get("phase") in ("Succeeded", "Failed"):
-            continue
-        if p.get("metadata", {}).get("deletionTimestamp"):
+        if not holds_slices_on(p, node):
             continue
         for s in pod_slices(p):
             if s.uuid in by_id:

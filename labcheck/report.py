@@ -1,15 +1,18 @@
-"""Progress table on the terminal, JSON and JUnit XML reports."""
+"""Progress table on the terminal, JSON and JUnit XML reports, the placement picture."""
 
 from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
 from . import __version__
+from .picture import write_pictures
+from .placement import TenantMap
 from .result import Result, Status
 from .runner import Check, RunOutcome
 
@@ -52,6 +55,8 @@ class TerminalReporter:
         evidence = r.evidence if r.status in (Status.PASS, Status.SKIP) else r.seen
         cells = [r.check, r.tenant or "-", MARK[r.status], f"{r.seconds:.1f}s"]
         self.out.write(_row(cells, evidence, self.width) + "\n")
+        for line in r.detail:
+            self.out.write(f"    {line}\n")
         if r.status.bad:
             for key in ("expected", "seen", "cause"):
                 value = getattr(r, key)
@@ -72,7 +77,13 @@ class TerminalReporter:
 
 
 def to_json(
-    outcome: RunOutcome, *, stack: str, run_id: str, started: str, finished: str
+    outcome: RunOutcome,
+    *,
+    stack: str,
+    run_id: str,
+    started: str,
+    finished: str,
+    placement: Mapping[str, TenantMap] | None = None,
 ) -> dict[str, Any]:
     counts = Counter(r.status.value for r in outcome.results)
     return {
@@ -86,6 +97,8 @@ def to_json(
         "interrupted": outcome.interrupted is not None,
         "summary": {s.value: counts.get(s.value, 0) for s in Status},
         "results": [r.to_json() for r in outcome.results],
+        # tenant -> every card and the slices on it (the picture's numbers)
+        "placement": {t: m.to_json() for t, m in (placement or {}).items()},
     }
 
 
@@ -129,11 +142,30 @@ def to_junit(outcome: RunOutcome, *, stack: str) -> ET.ElementTree:
 
 
 def write_reports(
-    outcome: RunOutcome, directory: Path, *, stack: str, run_id: str, started: str, finished: str
+    outcome: RunOutcome,
+    directory: Path,
+    *,
+    stack: str,
+    run_id: str,
+    started: str,
+    finished: str,
+    placement: Mapping[str, TenantMap] | None = None,
 ) -> list[Path]:
+    """JSON and JUnit always; the placement picture (PNG, SVG) when gpu.placement ran."""
     directory.mkdir(parents=True, exist_ok=True)
     jpath, xpath = directory / JSON_NAME, directory / JUNIT_NAME
-    data = to_json(outcome, stack=stack, run_id=run_id, started=started, finished=finished)
+    data = to_json(
+        outcome,
+        stack=stack,
+        run_id=run_id,
+        started=started,
+        finished=finished,
+        placement=placement,
+    )
     jpath.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     to_junit(outcome, stack=stack).write(xpath, encoding="utf-8", xml_declaration=True)
-    return [jpath, xpath]
+    files = [jpath, xpath]
+    if placement:
+        maps = list(placement.values())
+        files += write_pictures(maps, directory, stack=stack, run_id=run_id, when=finished)
+    return files

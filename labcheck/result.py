@@ -32,6 +32,15 @@ class CheckSkipped(Exception):
     """Raised by a check that does not apply (reported as skipped, never as passed)."""
 
 
+@dataclass(frozen=True)
+class Evidence:
+    """What a check may return instead of a plain string: a one-line summary plus lines the
+    terminal prints under the row (and the JSON report keeps)."""
+
+    text: str
+    detail: tuple[str, ...] = ()
+
+
 @dataclass
 class Result:
     check: str
@@ -43,9 +52,13 @@ class Result:
     expected: str = ""
     seen: str = ""
     cause: str = ""
+    detail: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["status"] = self.status.value
         d["seconds"] = round(self.seconds, 3)
+        detail = d.pop("detail")
+        if detail:  # only checks that have some: the other results keep their shape
+            d["detail"] = list(detail)
         return d

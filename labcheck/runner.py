@@ -11,12 +11,13 @@ from typing import Any, Protocol
 
 from .cluster import ClusterError, likely_cause
 from .context import RunContext
-from .result import CheckFailed, CheckSkipped, Result, Status
+from .result import CheckFailed, CheckSkipped, Evidence, Result, Status
 from .spec import Tenant
 from .waiting import WaitTimeout
 
-# A check returns its evidence string on success; per-tenant checks get the tenant.
-CheckFn = Callable[..., str]
+# A check returns its evidence (a string, or Evidence with detail lines) on success;
+# per-tenant checks get the tenant.
+CheckFn = Callable[..., str | Evidence]
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,8 @@ def _blocked_by(
 def _execute(ctx: RunContext, check: Check, tenant: Tenant | None) -> tuple[Status, dict]:
     try:
         evidence = check.fn(ctx, tenant) if check.per_tenant else check.fn(ctx)
+        if isinstance(evidence, Evidence):
+            return Status.PASS, {"evidence": evidence.text, "detail": evidence.detail}
         return Status.PASS, {"evidence": evidence}
     except CheckSkipped as exc:
         return Status.SKIP, {"evidence": str(exc)}

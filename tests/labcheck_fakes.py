@@ -286,6 +286,13 @@ class FakeServer:
             }
         ]
 
+    def add_placed_pod(self, pod: Obj) -> None:
+        """A pod HAMi placed before the run (a tenant's workload), annotations and all."""
+        ns = pod["metadata"]["namespace"]
+        self.namespaces.setdefault(ns, {"metadata": {"name": ns}})
+        self._seq += 1
+        self.pods[(ns, pod["metadata"]["name"])] = {**copy.deepcopy(pod), "_seq": self._seq}
+
     def touch_pod(self, namespace: str, name: str) -> None:
         """A metadata update (what the lab agent does): kube-scheduler retries a parked pod."""
         self.pods[(namespace, name)].pop("_parked_until", None)
@@ -709,3 +716,61 @@ def run_lab(
     ctx = RunContext(spec=parse_spec(lab.spec), factory=lab.factory, clock=lab.clock, run_id="t1")
     out = run_checks(ctx, ALL_CHECKS, Quiet(), only=only)
     return out, {(r.check, r.tenant): r for r in out.results}
+
+
+def hami_pod(namespace: str, name: str, node: str, slices: str, phase: str = "Running") -> Obj:
+    """A pod as HAMi left it after placing it: `slices` is its vgpu-devices-allocated value."""
+    return {
+        "metadata": {
+            "namespace": namespace,
+            "name": name,
+            "annotations": {
+                "hami.io/vgpu-node": node,
+                "hami.io/vgpu-devices-allocated": slices,
+                "hami.io/bind-phase": "success",
+            },
+        },
+        "spec": {"nodeName": node, "schedulerName": "hami-scheduler", "containers": []},
+        "status": {"phase": phase},
+    }
+
+
+def placement_lab(clock: FakeClock | None = None) -> FakeLab:
+    """Recorded placements of two tenants' workloads (what HAMi wrote), for the picture:
+
+    tenant-a-worker-1: A100 #0 full (one 81920 MB / 100 % pod), A100 #1 empty (a Succeeded
+    pod's slice no longer counts). tenant-b-worker-1: L4 #0 shared by three pods of two
+    namespaces (8192 + 8192 + 4096 MB), L4 #1 holds one 100 %-cores pod, so its free memory is
+    out of reach. tenant-b-worker-2 has no GPU."""
+    lab = FakeLab(clock)
+    a = lab.add_tenant("tenant-a", "172.30.255.200", [A100, A100])
+    b = lab.add_tenant("tenant-b", "172.30.255.201", [L4, L4])
+    b.nodes["tenant-b-worker-2"] = _node("tenant-b-worker-2")
+    lab.spec["tenants"][1]["nodes"].append("tenant-b-worker-2")
+    a_node, b_node = "tenant-a-worker-1", "tenant-b-worker-1"
+    pods = {
+        a: [
+            hami_pod("ml-train", "trainer", a_node, f"GPU-{a_node}-0,NVIDIA,81920,100:;"),
+            hami_pod(
+                "ml-train", "old-job", a_node, f"GPU-{a_node}-1,NVIDIA,40960,50:;", "Succeeded"
+            ),
+        ],
+        b: [
+            hami_pod("gpu-workloads", "infer-0", b_node, f"GPU-{b_node}-0,NVIDIA,8192,30:;"),
+            hami_pod("gpu-workloads", "infer-1", b_node, f"GPU-{b_node}-0,NVIDIA,8192,30:;"),
+            hami_pod("notebooks", "lab-anna", b_node, f"GPU-{b_node}-0,NVIDIA,4096,0:;"),
+            hami_pod("notebooks", "render", b_node, f"GPU-{b_node}-1,NVIDIA,6144,100:;"),
+        ],
+    }
+    for server, recorded in pods.items():
+        for pod in recorded:
+            server.add_placed_pod(pod)
+    return lab
+
+
+def recorded_placements() -> dict[str, tuple[list[Obj], list[Obj]]]:
+    """tenant -> (nodes, pods) exactly as placement_lab's API servers list them."""
+    lab = placement_lab()
+    return {
+        t: (lab.tenant(t).list_nodes(), lab.tenant(t).list_pods()) for t in ("tenant-a", "tenant-b")
+    }

@@ -123,4 +123,11 @@ ALL_CHECKS: tuple[Check, ...] = (
         gpu.memory_limit,
         requires=GPU,
     ),
+    # Last, after every GPU check and before cleanup; creates nothing.
+    Check(
+        "gpu.placement",
+        "What HAMi holds on every card (picture)",
+        gpu.placement,
+        requires=API,
+    ),
 )

@@ -1,4 +1,5 @@
-"""Checks 6-9 and 11: HAMi webhook, fractional GPUs, oversubscription, node lock, limits."""
+"""Checks 6-9, 11 and 12: HAMi webhook, fractional GPUs, oversubscription, node lock, limits,
+and the placement of every slice on every card."""
 
 from __future__ import annotations
 
@@ -30,7 +31,9 @@ from ..hami import (
     quantity_int,
 )
 from ..objects import gpu_pod, run_labels
-from ..result import CheckFailed, CheckSkipped
+from ..picture import summary_line, text_bars
+from ..placement import tenant_map
+from ..result import CheckFailed, CheckSkipped, Evidence
 from ..spec import Tenant
 from ..waiting import WaitTimeout
 
@@ -662,3 +665,15 @@ def memory_limit(ctx: RunContext, t: Tenant) -> str:
             "HAMi-core (libvgpu) not injected: the container sees the whole card",
         )
     return f"nvidia-smi reports {seen} MiB for a {ask} MiB slice of {card.devmem} MiB"
+
+
+# 12 -------------------------------------------------------------------------------------
+def placement(ctx: RunContext, t: Tenant) -> Evidence:
+    """What HAMi holds on every card now; the run draws it (picture, JSON, text bars).
+
+    Read-only, so it also draws a running lab: `--only gpu.placement`."""
+    _needs_gpus(t)
+    cl = ctx.tenant(t)
+    card_map = tenant_map(t.name, cl.list_nodes(), cl.list_pods())
+    ctx.card_maps[t.name] = card_map
+    return Evidence(summary_line(card_map), text_bars(card_map))
