@@ -22,6 +22,8 @@ from components.remote_scripts import (
 )
 from components.scripts import (
     SET_KUBELET_NODE_LABELS,
+    api_server_healthz_wait_script,
+    control_plane_admission_wait_script,
     kind_cluster_config,
     kind_create_script,
     kind_delete_script,
@@ -64,6 +66,8 @@ SCRIPTS = {
     "kind-create": kind_create_script(),
     "kind-delete": kind_delete_script(),
     "metallb-wait": metallb_webhook_wait_script(),
+    "tcp-admission-wait": control_plane_admission_wait_script(),
+    "api-healthz-wait": api_server_healthz_wait_script(),
     "worker-join": worker_join_script(),
     "node-delete": node_delete_script(),
     "node-registered": node_registered_script(),
