@@ -109,8 +109,7 @@ def node_container_args(
         "remove_volumes": True,
         "networks_advanced": [docker.ContainerNetworksAdvancedArgs(name=network_name)],
         "labels": labels,
-        # A proxy URL may carry credentials.
-        "envs": pulumi.Output.secret(list(env)) if env else None,
+        "envs": list(env) or None,
     }
 
 
@@ -137,12 +136,13 @@ class WorkerPool(pulumi.ComponentResource):
         self.containers: list[docker.Container] = []
         self.joins: list[command.local.Command] = []
         for node_name in args.node_names:
+            container_args = node_container_args(
+                node_name, args.tenant_name, image.image_id, args.network_name, labels, env
+            )
+            if env:  # a proxy URL may carry credentials
+                container_args["envs"] = pulumi.Output.secret(env)
             container = docker.Container(
-                node_name,
-                **node_container_args(
-                    node_name, args.tenant_name, image.image_id, args.network_name, labels, env
-                ),
-                opts=pulumi.ResourceOptions(parent=self),
+                node_name, **container_args, opts=pulumi.ResourceOptions(parent=self)
             )
             join = command.local.Command(
                 f"{node_name}-join",
