@@ -521,6 +521,15 @@ def test_remote_reset_removes_flannels_state_and_the_labels(host: FakeHost):
     assert host.run_remote(remote_reset_script("gpu-host-1")).returncode == 0
 
 
+def test_remote_reset_goes_on_when_kubeadm_reset_fails(host: FakeHost):
+    """Destroy must not stop on a host whose reset fails; the CNI state still goes."""
+    host.set_remote(kubeadm_version="v1.35.0", reset_fails=True, links=["flannel.1"])
+    result = host.run_remote(remote_reset_script("gpu-host-1"))
+    assert result.returncode == 0
+    assert "gpu-host-1: kubeadm reset failed" in result.stderr
+    assert host.remote()["links"] == []
+
+
 def test_registered_waits_for_the_node_object(host: FakeHost):
     env = {"NODE_NAME": "gpu-host-1", "LAB_KUBECONFIG": host.tenant_kubeconfig}
     missing = run(host, node_registered_script(0), **env)

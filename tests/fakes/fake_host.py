@@ -320,6 +320,8 @@ def kubeadm(state: State, args: list[str]) -> int:
     if args[0] == "join":
         return kubeadm_join(state, root, args)
     if args[0] == "reset":
+        if host.get("reset_fails"):
+            return fail("[reset] failed to remove containers: rpc error: code = Unavailable")
         (root / "etc/kubernetes/kubelet.conf").unlink(missing_ok=True)
         return 0
     return fail(f"fake kubeadm: unsupported command {args!r}", 2)
@@ -611,7 +613,7 @@ class FakeHost:
     def set_remote(self, **fields: Any) -> None:
         """Remote host facts: containerd_version, distro_containerd, kubeadm_version, gpus,
         cri_sockets, links (network devices), offline (apt-get fails), uid (of the SSH user,
-        1000), sudo_password (sudo asks for one)."""
+        1000), sudo_password (sudo asks for one), reset_fails (kubeadm reset fails)."""
         host = self.state.load("host", {})
         host.update(fields)
         self.state.save("host", host)
