@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from fakes.fake_host import CONTAINERD_SOCKET, FakeHost, kubelet_node_labels
+from fakes.fake_host import CONTAINERD_SOCKET, FakeHost, registered_labels
 
 from components.remote_scripts import (
     node_registered_script,
@@ -337,12 +337,12 @@ def test_node_labels_are_set_replaced_and_removed_keeping_other_arguments(tmp_pa
     )
     assert set_labels(defaults, "gpu=on").returncode == 0
     assert set_labels(defaults, "gpu=on").returncode == 0  # idempotent
-    assert kubelet_node_labels(tmp_path) == {"gpu": "on"}
+    assert registered_labels(tmp_path) == {"gpu": "on"}
     assert defaults.read_text() == (
         '# by hand\nKUBELET_EXTRA_ARGS="--runtime-cgroups=/system.slice --node-labels=gpu=on"\n'
     )
     set_labels(defaults, "gpu=on,zone=a")
-    assert kubelet_node_labels(tmp_path) == {"gpu": "on", "zone": "a"}
+    assert registered_labels(tmp_path) == {"gpu": "on", "zone": "a"}
     set_labels(defaults, "")
     assert (
         defaults.read_text() == '# by hand\nKUBELET_EXTRA_ARGS="--runtime-cgroups=/system.slice"\n'
@@ -516,7 +516,7 @@ def test_remote_reset_removes_flannels_state_and_the_labels(host: FakeHost):
     assert not conflist.exists()
     assert host.remote()["links"] == []
     assert not (host.state.host_root / "etc/kubernetes/kubelet.conf").exists()
-    assert kubelet_node_labels(host.state.host_root) == {}
+    assert registered_labels(host.state.host_root) == {}
     # a second reset (nothing left to remove) still succeeds
     assert host.run_remote(remote_reset_script("gpu-host-1")).returncode == 0
 

@@ -339,12 +339,12 @@ def kubeadm_join(state: State, root: Path, args: list[str]) -> int:
     (root / "etc/kubernetes").mkdir(parents=True, exist_ok=True)
     (root / "etc/kubernetes/kubelet.conf").write_text("kubelet credentials\n")
     tenant = state.load("tenant", {})
-    tenant.setdefault("nodes", {})[node_name] = kubelet_node_labels(root)
+    tenant.setdefault("nodes", {})[node_name] = registered_labels(root)
     state.save("tenant", tenant)
     return 0
 
 
-def kubelet_node_labels(root: Path) -> dict[str, str]:
+def registered_labels(root: Path) -> dict[str, str]:
     """What the kubelet registers: the --node-labels of KUBELET_EXTRA_ARGS in /etc/default/kubelet.
 
     systemd reads the file as EnvironmentFile= (quotes removed) and splits the unbraced
