@@ -10,6 +10,7 @@ script did is observable:
   mapped into it), so `umask`, `test -f` and `cat >` behave as in a container;
 - a tenant API server (`kubectl`, `kubeadm token create`): nodes with labels, an admin kubeconfig
   that must match, reachable or not, bootstrap tokens refused a number of times, a join that fails;
+  each authenticated call logs an `auth` entry with the kubeconfig file it used and its mode;
 - `kubeadm join` registers the node the way the kubelet does, with the labels of
   `KUBELET_EXTRA_ARGS=--node-labels=...` in the node's `/etc/default/kubelet`;
 - kind: clusters whose control-plane container lands in the docker state; it writes its
