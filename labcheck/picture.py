@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from matplotlib import colormaps
+from matplotlib import colormaps, rc_context
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
@@ -237,5 +237,7 @@ def write_pictures(
     fig = render(maps, stack=stack, run_id=run_id, when=when)
     png, svg = directory / PNG_NAME, directory / SVG_NAME
     fig.savefig(png, dpi=110)
-    fig.savefig(svg)
+    # SVG text stays text (searchable, selectable); no date or random ids: same input, same file.
+    with rc_context({"svg.fonttype": "none", "svg.hashsalt": "labcheck"}):
+        fig.savefig(svg, metadata={"Date": None})
     return [png, svg]
