@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from matplotlib import colormaps, rc_context
-from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg, RendererAgg
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
@@ -28,7 +29,7 @@ def text_bar(card: CardMap, width: int = BAR_WIDTH) -> str:
     cells, pos, used = [], 0, 0
     for i, seg in enumerate(card.segments):
         used += seg.mem_mb
-        end = min(max(round(used * width / card.devmem), pos + 1), width)
+        end = min(max(round(used * width / max(card.devmem, 1)), pos + 1), width)
         cells.append(FILLS[i % len(FILLS)] * (end - pos))
         pos = end
     return "[" + "".join(cells) + FREE * (width - pos) + "]"
@@ -70,9 +71,10 @@ MEM_H, CORE_H, CORE_GAP = 0.5, 0.14, 0.08
 LINE = 0.3  # one summary text line, in data units at INCH_PER_UNIT
 NAMESPACE_MAPS = ("Blues", "Oranges", "Greens", "Purples", "Reds", "Greys")
 FREE_COLOR, EDGE = "#f2f2f2", "#555555"
+Color = tuple[float, float, float, float]
 
 
-def _shades(m: TenantMap) -> dict[str, tuple[float, float, float, float]]:
+def _shades(m: TenantMap) -> dict[str, Color]:
     """A hue per namespace, a shade per pod: slices of one namespace read as one family."""
     by_ns: dict[str, list[str]] = {}
     for pod in m.pods:
@@ -99,13 +101,19 @@ def _layout(maps: Sequence[TenantMap]) -> tuple[list[tuple[TenantMap, float]], l
         top = y + HEADER
         for i, card in enumerate(m.cards):
             rows.append(_Row(top + i * ROW + MEM_H / 2, card))
-        summary = (5 + len(m.cards)) * LINE
+        summary = (5 + len(m.cards) + len(m.stray)) * LINE
         y = top + max(len(m.cards) * ROW, summary, ROW)
     return heads, rows, y
 
 
 def _fit_label(
-    ax, x: float, y: float, width: float, options: Sequence[str], renderer, **style
+    ax: Axes,
+    x: float,
+    y: float,
+    width: float,
+    options: Sequence[str],
+    renderer: RendererAgg,
+    **style: object,
 ) -> int:
     """Write the first of `options` that fits inside a segment `width` (axes fraction) wide;
     return its position in `options`, or len(options) when none fits."""
@@ -118,7 +126,7 @@ def _fit_label(
     return len(options)
 
 
-def _draw_card(ax, row: _Row, colors: Mapping[str, tuple], renderer) -> None:
+def _draw_card(ax: Axes, row: _Row, colors: Mapping[str, Color], renderer: RendererAgg) -> None:
     card, y = row.card, row.y
     core_y = y + MEM_H / 2 + CORE_GAP + CORE_H / 2
     ax.add_patch(Rectangle((0, y - MEM_H / 2), 1, MEM_H, fc=FREE_COLOR, ec=EDGE, hatch="///"))
@@ -126,7 +134,7 @@ def _draw_card(ax, row: _Row, colors: Mapping[str, tuple], renderer) -> None:
     x_mem = x_core = 0.0
     hidden = []
     for seg in card.segments:
-        w = seg.mem_mb / card.devmem
+        w = seg.mem_mb / max(card.devmem, 1)
         ax.add_patch(
             Rectangle((x_mem, y - MEM_H / 2), w, MEM_H, fc=colors[seg.pod], ec="white", lw=1.5)
         )
@@ -134,7 +142,7 @@ def _draw_card(ax, row: _Row, colors: Mapping[str, tuple], renderer) -> None:
         options = [f"{seg.pod}\n{seg.mem_mb} MB · {seg.cores}%", f"{name} {seg.mem_mb} MB", name]
         if _fit_label(ax, x_mem + w / 2, y, w, options, renderer) > 0:
             hidden.append(_segment_text(seg))  # the caption says what the bar could not
-        cw = seg.cores / card.devcore
+        cw = seg.cores / max(card.devcore, 1)  # HAMi allows a card without a core count
         ax.add_patch(
             Rectangle((x_core, core_y - CORE_H / 2), cw, CORE_H, fc=colors[seg.pod], ec="white")
         )
@@ -157,7 +165,7 @@ def _draw_card(ax, row: _Row, colors: Mapping[str, tuple], renderer) -> None:
     _caption(ax, core_y + CORE_H / 2 + 0.05, caption, hidden, renderer)
 
 
-def _caption(ax, y: float, head: str, hidden: list[str], renderer) -> None:
+def _caption(ax: Axes, y: float, head: str, hidden: list[str], renderer: RendererAgg) -> None:
     """Under the card: its cores and slots, then the pods too narrow for their label (left to
     right), as many as fit under the bar."""
     limit = ax.get_window_extent(renderer).width
@@ -174,7 +182,7 @@ def _free_slice(card: CardMap) -> str:
     return f"{card.largest_free_mb} MB" + (f" ({card.no_room})" if card.no_room else "")
 
 
-def _summary(ax, m: TenantMap, y: float) -> None:
+def _summary(ax: Axes, m: TenantMap, y: float) -> None:
     pct = 100 * m.allocated_mb / m.total_mb if m.total_mb else 0
     lines = [
         f"{len(m.cards)} card(s), {len(m.pods)} pod(s)",
@@ -206,7 +214,7 @@ def render(maps: Sequence[TenantMap], *, stack: str, run_id: str, when: str) -> 
         bars.spines[spine].set_visible(False)
     side.set_axis_off()
     renderer = fig.canvas.get_renderer()
-    colors: dict[str, tuple] = {}
+    colors: dict[str, Color] = {}
     for m, y in heads:
         colors.update(_shades(m))
         bars.text(-0.01, y + 0.35, m.tenant, ha="right", fontsize=10, fontweight="bold")
