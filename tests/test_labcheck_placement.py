@@ -272,6 +272,19 @@ def test_in_a_full_run_the_step_comes_after_the_gpu_checks_whose_pods_are_gone()
     assert r.evidence.startswith("2 card(s) on 1 node(s), 0 pod(s), 0/46068 MB allocated")
 
 
+def test_an_unreadable_registration_fails_the_step_with_its_cause():
+    lab = placement_lab()
+    node = lab.tenant("tenant-b").nodes[B_NODE]
+    node["metadata"]["annotations"]["hami.io/node-nvidia-register"] = "GPU-0,10,23034,100,NVIDIA:"
+    _, res = run_lab(lab, only=("gpu.placement",))
+    r = res[("gpu.placement", "tenant-b")]
+    assert r.status is Status.FAIL
+    assert r.expected == "every hami.io/node-nvidia-register a JSON array of cards"
+    assert r.seen.startswith("JSONDecodeError: ")
+    assert "cannot read" in r.cause
+    assert res[("gpu.placement", "tenant-a")].status is Status.PASS
+
+
 def test_no_gpu_tenant_is_skipped():
     lab = standard_lab()
     lab.add_tenant("tenant-c", "172.30.255.202", [])

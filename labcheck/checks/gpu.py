@@ -674,6 +674,13 @@ def placement(ctx: RunContext, t: Tenant) -> Evidence:
     Read-only, so it also draws a running lab: `--only gpu.placement`."""
     _needs_gpus(t)
     cl = ctx.tenant(t)
-    card_map = tenant_map(t.name, cl.list_nodes(), cl.list_pods())
+    try:
+        card_map = tenant_map(t.name, cl.list_nodes(), cl.list_pods())
+    except (ValueError, KeyError, TypeError) as exc:  # json.JSONDecodeError is a ValueError
+        raise CheckFailed(
+            f"every {ANN_REGISTER} a JSON array of cards",
+            f"{type(exc).__name__}: {exc}",
+            "GPU agent (simulated) or device plugin (real) wrote a registration HAMi cannot read",
+        ) from None
     ctx.card_maps[t.name] = card_map
     return Evidence(summary_line(card_map), text_bars(card_map))
