@@ -48,8 +48,14 @@ class RunContext:
     webhook_waits: dict[str, float | CheckFailed] = field(default_factory=dict)
     # tenant -> (pod, hami node annotation, spec.nodeName) of every GPU pod placed this run
     placements: dict[str, list[tuple[str, str, str]]] = field(default_factory=dict)
-    # tenant -> what HAMi holds on its cards at the end of the GPU checks (gpu.placement)
+    # tenant -> what gpu.placement reports and draws: the peak below, else the live cards
     card_maps: dict[str, TenantMap] = field(default_factory=dict)
+    # tenant -> the fullest cards a GPU check's batch left (most pod segments; ties: the later),
+    # read once all its pods were allocated, before the check deleted them
+    peak_maps: dict[str, TenantMap] = field(default_factory=dict)
+    # tenant -> "cards not read during <check>: <error>", for gpu.placement to report
+    snapshot_problems: dict[str, list[str]] = field(default_factory=dict)
+    check: str = ""  # the id of the check running now (set by the runner)
 
     @property
     def timeouts(self) -> Timeouts:
@@ -205,3 +211,9 @@ class RunContext:
                 pod.get("spec", {}).get("nodeName") or "",
             )
         )
+
+    def keep_peak(self, m: TenantMap) -> None:
+        """Keep `m` if it is the tenant's fullest card map so far (the later one on a tie)."""
+        held = self.peak_maps.get(m.tenant)
+        if held is None or m.segment_count >= held.segment_count:
+            self.peak_maps[m.tenant] = m

@@ -101,7 +101,7 @@ def _layout(maps: Sequence[TenantMap]) -> tuple[list[tuple[TenantMap, float]], l
         top = y + HEADER
         for i, card in enumerate(m.cards):
             rows.append(_Row(top + i * ROW + MEM_H / 2, card))
-        summary = (5 + len(m.cards) + len(m.stray)) * LINE
+        summary = (6 + len(m.cards) + len(m.stray)) * LINE
         y = top + max(len(m.cards) * ROW, summary, ROW)
     return heads, rows, y
 
@@ -140,6 +140,7 @@ def _draw_card(ax: Axes, row: _Row, colors: Mapping[str, Color], renderer: Rende
         )
         name = seg.pod.split("/", 1)[1]
         options = [f"{seg.pod}\n{seg.mem_mb} MB · {seg.cores}%", f"{name} {seg.mem_mb} MB", name]
+        options += [f"{tail}\n{seg.mem_mb} MB", tail] if (tail := _name_tail(name)) else []
         if _fit_label(ax, x_mem + w / 2, y, w, options, renderer) > 0:
             hidden.append(_segment_text(seg))  # the caption says what the bar could not
         cw = seg.cores / max(card.devcore, 1)  # HAMi allows a card without a core count
@@ -165,6 +166,13 @@ def _draw_card(ax: Axes, row: _Row, colors: Mapping[str, Color], renderer: Rende
     _caption(ax, core_y + CORE_H / 2 + 0.05, caption, hidden, renderer)
 
 
+def _name_tail(name: str) -> str:
+    """`…lock-0` for `lc-1a2b3c4d-lock-0`: a narrow segment still tells its pods apart ("" when
+    the name has no prefix to drop)."""
+    parts = name.split("-")
+    return "…" + "-".join(parts[-2:]) if len(parts) > 2 else ""
+
+
 def _caption(ax: Axes, y: float, head: str, hidden: list[str], renderer: RendererAgg) -> None:
     """Under the card: its cores and slots, then the pods too narrow for their label (left to
     right), as many as fit under the bar."""
@@ -185,6 +193,7 @@ def _free_slice(card: CardMap) -> str:
 def _summary(ax: Axes, m: TenantMap, y: float) -> None:
     pct = 100 * m.allocated_mb / m.total_mb if m.total_mb else 0
     lines = [
+        _when_read(m),
         f"{len(m.cards)} card(s), {len(m.pods)} pod(s)",
         f"memory {m.allocated_mb} / {m.total_mb} MB ({pct:.0f}%)",
         "largest free slice per card:",
@@ -194,6 +203,22 @@ def _summary(ax: Axes, m: TenantMap, y: float) -> None:
     lines += [f"stray: {s}" for s in m.stray]
     ax.text(0, y, m.tenant, fontsize=10, fontweight="bold", va="top")
     ax.text(0, y + HEADER * 0.6, "\n".join(lines), fontsize=8.5, va="top", linespacing=1.45)
+
+
+def _when_read(m: TenantMap) -> str:
+    return f"{m.source} (the run's fullest)" if m.during else "live (what the cards hold now)"
+
+
+def title(maps: Sequence[TenantMap], *, stack: str, run_id: str, when: str) -> str:
+    """Names the moment drawn: during a check (the run's peak) or live; per tenant if mixed."""
+    sources = {m.source for m in maps}
+    if sources == {"live"}:
+        what = "What HAMi holds on each card, live"
+    elif len(sources) == 1:
+        what = f"What HAMi placed on each card {sources.pop()}"
+    else:
+        what = "What HAMi placed on each card (when: beside each tenant)"
+    return f"{what}: stack {stack}, run {run_id}, {when}"
 
 
 def render(maps: Sequence[TenantMap], *, stack: str, run_id: str, when: str) -> Figure:
@@ -224,7 +249,7 @@ def render(maps: Sequence[TenantMap], *, stack: str, run_id: str, when: str) -> 
     for row in rows:
         _draw_card(bars, row, colors, renderer)
     fig.suptitle(
-        f"What HAMi placed on each card: stack {stack}, run {run_id}, {when}",
+        title(maps, stack=stack, run_id=run_id, when=when),
         fontsize=12,
         y=1 - 0.3 / fig.get_figheight(),
     )

@@ -77,6 +77,16 @@ class TenantMap:
     cards: tuple[CardMap, ...]
     # Slices on a card no node registers: "namespace/name on <uuid>" (accounting broken).
     stray: tuple[str, ...] = ()
+    # The check whose pods were all allocated when this was read; None: read live, at the end.
+    during: str | None = None
+
+    @property
+    def source(self) -> str:
+        return f"during {self.during}" if self.during else "live"
+
+    @property
+    def segment_count(self) -> int:
+        return sum(len(c.segments) for c in self.cards)
 
     @property
     def pods(self) -> tuple[str, ...]:
@@ -103,6 +113,7 @@ class TenantMap:
             "totalMb": self.total_mb,
             "largestFreeMb": self.largest_free_mb,
             "stray": list(self.stray),
+            "during": self.during,
         }
 
 

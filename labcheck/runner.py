@@ -108,6 +108,7 @@ def _blocked_by(
 
 
 def _execute(ctx: RunContext, check: Check, tenant: Tenant | None) -> tuple[Status, dict]:
+    ctx.check = check.id
     try:
         evidence = check.fn(ctx, tenant) if check.per_tenant else check.fn(ctx)
         if isinstance(evidence, Evidence):

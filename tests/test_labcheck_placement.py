@@ -6,13 +6,15 @@ from __future__ import annotations
 import io
 import json
 import struct
+from dataclasses import replace
 
 import pytest
 from labcheck_fakes import hami_pod, placement_lab, recorded_placements, run_lab, standard_lab
 
 from labcheck.cli import main
+from labcheck.cluster import ClusterError
 from labcheck.hami import CardState, apply_usage
-from labcheck.picture import PNG_NAME, SVG_NAME, text_bar, text_bars, write_pictures
+from labcheck.picture import PNG_NAME, SVG_NAME, text_bar, text_bars, title, write_pictures
 from labcheck.placement import Segment, TenantMap, tenant_map
 from labcheck.result import Status
 
@@ -215,7 +217,8 @@ def test_pictures_written_and_labelled(tmp_path):
         "memory 26624 / 46068 MB (58%)",
         "  tenant-b-worker-1 #1: 0 MB (cores all taken)",
         "next pod: up to 2554 MB",
-        "What HAMi placed on each card: stack lab, run 1a2b3c4d, 2026-12-01T10:00",
+        "What HAMi holds on each card, live: stack lab, run 1a2b3c4d, 2026-12-01T10:00",
+        "live (what the cards hold now)",
     ):
         assert f">{text}<" in svg, text
     assert "ml-train/old-job" not in svg
@@ -236,6 +239,32 @@ def test_pods_too_narrow_for_a_label_are_named_under_the_card(tmp_path):
     assert "slots 7/10" in svg
 
 
+def test_a_long_run_prefixed_name_keeps_its_tail_in_a_narrow_segment(tmp_path):
+    pods = [
+        hami_pod("labcheck-1a2b3c4d", f"lc-1a2b3c4d-lock-{i}", "n1", "GPU-n1-0,NVIDIA,8192,0:;")
+        for i in range(5)
+    ]
+    m = tenant_map("t", [_node([{"devmem": 81920, "devcore": 100, "count": 10}])], pods)
+    svg = write_pictures([m], tmp_path, stack="lab", run_id="r", when="now")[1].read_text()
+    assert [f">…lock-{i}<" in svg for i in range(5)] == [True] * 5
+    assert ">lc-1a2b3c4d-lock-0<" not in svg  # too wide for a tenth of the bar
+    assert "left to right: labcheck-1a2b3c4d/lc-1a2b3c4d-lock-0 8192 MB 0%" in svg
+
+
+def test_the_title_names_when_the_cards_were_read():
+    a, b = maps()["tenant-a"], maps()["tenant-b"]
+    sharing = replace(b, during="gpu.sharing")
+    kw = {"stack": "lab", "run_id": "r1", "when": "10:00"}
+    assert title([a, b], **kw) == "What HAMi holds on each card, live: stack lab, run r1, 10:00"
+    assert title([replace(a, during="gpu.sharing"), sharing], **kw) == (
+        "What HAMi placed on each card during gpu.sharing: stack lab, run r1, 10:00"
+    )
+    assert title([a, sharing], **kw) == (
+        "What HAMi placed on each card (when: beside each tenant): stack lab, run r1, 10:00"
+    )
+    assert (a.to_json()["during"], sharing.to_json()["during"]) == (None, "gpu.sharing")
+
+
 def test_svg_is_the_same_for_the_same_input(tmp_path):
     (tmp_path / "1").mkdir()
     (tmp_path / "2").mkdir()
@@ -251,7 +280,8 @@ def test_gpu_placement_step_draws_the_workloads_and_creates_nothing():
     r = res[("gpu.placement", "tenant-b")]
     assert r.status is Status.PASS
     assert r.evidence == (
-        "2 card(s) on 1 node(s), 4 pod(s), 26624/46068 MB allocated, largest free slice 2554 MB"
+        "live: 2 card(s) on 1 node(s), 4 pod(s), 26624/46068 MB allocated, "
+        "largest free slice 2554 MB"
     )
     assert r.detail == text_bars(maps()["tenant-b"])
     writes = {"create_pod", "create_namespace", "delete_pod", "delete_namespace"}
@@ -260,16 +290,143 @@ def test_gpu_placement_step_draws_the_workloads_and_creates_nothing():
     assert res[("cleanup", "")].evidence == "deleted 0 object(s) by name"
 
 
-def test_in_a_full_run_the_step_comes_after_the_gpu_checks_whose_pods_are_gone():
+def _segments(card: dict) -> list[tuple[str, int, int]]:
+    return [(s["pod"], s["memMb"], s["cores"]) for s in card["segments"]]
+
+
+def _cli_run(lab, tmp_path, *only: str) -> tuple[int, str, dict, str]:
+    """labcheck (run id t1) against the fake lab: exit code, terminal, JSON report, SVG text."""
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(lab.spec))
+    argv = ["--spec", str(spec), "--report-dir", str(tmp_path / "r")]
+    argv += [a for check in only for a in ("--only", check)]
+    out = io.StringIO()
+    code = main(argv, out=out, factory=lab.factory, clock=lab.clock, run_id="t1")
+    data = json.loads((tmp_path / "r" / "labcheck-report.json").read_text())
+    svg = tmp_path / "r" / SVG_NAME
+    return code, out.getvalue(), data, svg.read_text() if svg.exists() else ""
+
+
+def test_a_full_run_draws_the_fullest_batch_not_the_empty_cards_at_the_end(tmp_path):
+    """Each GPU check deletes its pods, so at the end the cards are empty; the step draws the
+    batch that held the most pods: gpu.node-lock's 5 (more than gpu.sharing's 3)."""
     lab = standard_lab()
-    out, res = run_lab(lab)
-    ids = [r.check for r in out.results]
+    code, text, data, svg = _cli_run(lab, tmp_path)
+    assert code == 0, text
+    ids = [r["check"] for r in data["results"]]
     assert ids[-2:] == ["gpu.placement", "cleanup"]
     assert max(i for i, c in enumerate(ids) if c.startswith(("gpu.", "hami."))) == len(ids) - 2
+    assert not [k for k in lab.tenant("tenant-a").pods if k[0] == "labcheck-t1"]  # all gone
+    lock = [f"labcheck-t1/lc-t1-lock-{i}" for i in range(5)]
+    a, b = data["placement"]["tenant-a"], data["placement"]["tenant-b"]
+    assert (a["during"], b["during"]) == ("gpu.node-lock", "gpu.node-lock")
+    # 81920 // (2 * 5) MB each, no cores asked: five pods of one namespace on one A100
+    assert _segments(a["cards"][0]) == [(pod, 8192, 0) for pod in lock]
+    assert (a["pods"], a["allocatedMb"], a["cards"][0]["slotsUsed"]) == (5, 40960, 5)
+    # tenant-b's default gpu policy is spread: 5 pods on its 2 L4s, nobody else's cards
+    assert _segments(b["cards"][0]) == [(lock[1], 2303, 0), (lock[3], 2303, 0)]
+    assert _segments(b["cards"][1]) == [(lock[0], 2303, 0), (lock[2], 2303, 0), (lock[4], 2303, 0)]
+    result = next(r for r in data["results"] if r["check"] == "gpu.placement")
+    assert result["evidence"] == (
+        "during gpu.node-lock: 1 card(s) on 1 node(s), 5 pod(s), 40960/81920 MB allocated, "
+        "largest free slice 40960 MB"
+    )
+    assert "    tenant-a-worker-1 #0 [##===%%@@@##............] 40960/81920 MB" in text
+    for shown in (
+        "What HAMi placed on each card during gpu.node-lock: stack lab, run t1, ",
+        "during gpu.node-lock (the run's fullest)",
+        "lc-t1-lock-4<",
+        "1 card(s), 5 pod(s)<",
+    ):
+        assert f">{shown}" in svg, shown
+
+
+def test_the_sharing_checks_pods_on_one_card_beside_a_workload(tmp_path):
+    """gpu.sharing's 3 binpack pods join a tenant's workload on one L4: two namespaces on one
+    card, drawn as they were before the check deleted its pods."""
+    lab = standard_lab()
+    lab.tenant("tenant-b").add_placed_pod(
+        hami_pod("notebooks", "lab-anna", B_NODE, f"GPU-{B_NODE}-0,NVIDIA,4096,0:;")
+    )
+    code, text, data, svg = _cli_run(lab, tmp_path, "hami.webhook", "gpu.sharing", "gpu.placement")
+    assert code == 0, text
+    b = data["placement"]["tenant-b"]
+    assert b["during"] == "gpu.sharing"
+    share = [(f"labcheck-t1/lc-t1-share-{i}", 5758, 25) for i in range(3)]  # 23034 // 4, 100 // 4
+    assert _segments(b["cards"][0]) == [*share, ("notebooks/lab-anna", 4096, 0)]
+    assert {pod.split("/")[0] for pod, _, _ in _segments(b["cards"][0])} == {
+        "labcheck-t1",
+        "notebooks",
+    }
+    assert (b["cards"][0]["usedMb"], b["cards"][0]["usedCores"]) == (21370, 75)
+    assert _segments(b["cards"][1]) == []
+    assert data["placement"]["tenant-a"]["during"] == "gpu.sharing"
+    assert "What HAMi placed on each card during gpu.sharing: stack lab, run t1, " in svg
+    # live, the workload alone is left
+    live = tenant_map(
+        "tenant-b", lab.tenant("tenant-b").list_nodes(), lab.tenant("tenant-b").list_pods()
+    )
+    assert live.pods == ("notebooks/lab-anna",)
+
+
+def test_on_a_tie_the_later_batch_is_kept():
+    """gpu.policy runs spread (2 pods on 2 cards), then binpack (2 pods on one card): same
+    count, so the later, binpack, is drawn."""
+    lab = standard_lab()
+    _, res = run_lab(lab, only=("hami.webhook", "gpu.policy", "gpu.placement"))
     r = res[("gpu.placement", "tenant-b")]
-    assert r.status is Status.PASS, r
-    # every GPU check deleted its pods (and waited): the cards are free again
-    assert r.evidence.startswith("2 card(s) on 1 node(s), 0 pod(s), 0/46068 MB allocated")
+    assert r.evidence.startswith("during gpu.policy: 2 card(s) on 1 node(s), 2 pod(s), ")
+    assert r.detail == (
+        f"{B_NODE} #0 [........................] 0/23034 MB, cores 0%, next pod up to 23034 MB",
+        f"{B_NODE} #1 [######======............] 11516/23034 MB, cores 0%, next pod up to "
+        "11518 MB: # labcheck-t1/lc-t1-binp-0 5758 MB 0%; = labcheck-t1/lc-t1-binp-1 5758 MB 0%",
+    )
+
+
+def test_a_failed_snapshot_is_reported_by_the_step_not_the_check(tmp_path):
+    """An API error while reading the cards during gpu.sharing: gpu.sharing still passes, and
+    gpu.placement draws the fullest batch it could read (hami.webhook's) and says what failed."""
+    lab = standard_lab()
+    server = lab.tenant("tenant-b")
+
+    def hook(name, args):
+        sharing = any(n.startswith("lc-t1-share-") for _, n in server.pods)
+        if name == "list_nodes" and sharing:
+            raise ClusterError(500, "etcdserver: request timed out")
+
+    server.hook = hook
+    _, res = run_lab(lab, only=("hami.webhook", "gpu.sharing", "gpu.placement"))
+    assert res[("gpu.sharing", "tenant-b")].status is Status.PASS
+    r = res[("gpu.placement", "tenant-b")]
+    assert r.status is Status.PASS
+    assert r.evidence == (
+        "during hami.webhook: 2 card(s) on 1 node(s), 1 pod(s), 2303/46068 MB allocated, "
+        "largest free slice 23034 MB; 1 GPU check batch(es) not read, see below"
+    )
+    assert r.detail[-1] == (
+        "cards not read during gpu.sharing: HTTP 500: etcdserver: request timed out"
+    )
+    assert res[("gpu.placement", "tenant-a")].evidence.startswith("during gpu.sharing: ")
+
+
+def test_with_every_snapshot_failed_the_step_reads_live_and_says_so():
+    lab = standard_lab()
+    server = lab.tenant("tenant-a")
+
+    def hook(name, args):
+        if name == "list_pods" and any(ns == "labcheck-t1" for ns, _ in server.pods):
+            raise ClusterError(0, "ConnectTimeoutError: timed out")
+
+    server.hook = hook
+    _, res = run_lab(lab, only=("hami.webhook", "gpu.sharing", "gpu.placement"))
+    assert res[("hami.webhook", "tenant-a")].status is Status.PASS
+    assert res[("gpu.sharing", "tenant-a")].status is Status.PASS
+    r = res[("gpu.placement", "tenant-a")]
+    assert r.evidence.startswith("live: 1 card(s) on 1 node(s), 0 pod(s), 0/81920 MB")
+    assert r.detail[1:] == (
+        "cards not read during hami.webhook: ConnectTimeoutError: timed out",
+        "cards not read during gpu.sharing: ConnectTimeoutError: timed out",
+    )
 
 
 def test_an_unreadable_registration_fails_the_step_with_its_cause():

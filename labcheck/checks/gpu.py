@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..cluster import Cluster, ClusterError, Obj, likely_cause
 from ..context import RunContext, pod_summary
@@ -32,7 +32,7 @@ from ..hami import (
 )
 from ..objects import gpu_pod, run_labels
 from ..picture import summary_line, text_bars
-from ..placement import tenant_map
+from ..placement import TenantMap, tenant_map
 from ..result import CheckFailed, CheckSkipped, Evidence
 from ..spec import Tenant
 from ..waiting import WaitTimeout
@@ -255,10 +255,43 @@ def gpu_pods(
             recreated = [a.name for a in attempts if a.recreated]
             if recreated:
                 notes.append(f"re-created {recreated}: {UNREGISTERED_CAUSE}")
+            _snapshot(ctx, t)
         yield pods
     finally:
         with contextlib.suppress(ClusterError, WaitTimeout, CheckFailed):
             ctx.delete_pods(cl, ns, names)  # leftovers stay tracked for the final cleanup
+
+
+def _read_cards(cl: Cluster, t: Tenant) -> TenantMap:
+    """The tenant's cards and the slices live pods hold on them (two list calls)."""
+    nodes, pods = cl.list_nodes(), cl.list_pods()
+    try:
+        return tenant_map(t.name, nodes, pods)
+    except (ValueError, KeyError, TypeError) as exc:  # json.JSONDecodeError is a ValueError
+        raise CheckFailed(
+            f"every {ANN_REGISTER} a JSON array of cards",
+            f"{type(exc).__name__}: {exc}",
+            "GPU agent (simulated) or device plugin (real) wrote a registration HAMi cannot read",
+        ) from None
+
+
+def _snapshot(ctx: RunContext, t: Tenant) -> None:
+    """The batch is allocated: keep the tenant's cards if they are the run's fullest so far,
+    for gpu.placement to draw (each check deletes its pods, so the end shows none of them).
+    A failed read is noted for gpu.placement, never the failure of the check taking it."""
+    during = ctx.check or "a GPU check"
+    try:
+        card_map = _read_cards(ctx.tenant(t), t)
+    except ClusterError as exc:
+        problem = str(exc)
+    except CheckFailed as exc:
+        problem = exc.seen
+    else:
+        ctx.keep_peak(replace(card_map, during=during))
+        return
+    ctx.snapshot_problems.setdefault(t.name, []).append(
+        f"cards not read during {during}: {problem}"
+    )
 
 
 def _unregistered_cause(attempt: _Attempt | None) -> str:
@@ -669,18 +702,17 @@ def memory_limit(ctx: RunContext, t: Tenant) -> str:
 
 # 12 -------------------------------------------------------------------------------------
 def placement(ctx: RunContext, t: Tenant) -> Evidence:
-    """What HAMi holds on every card now; the run draws it (picture, JSON, text bars).
+    """What HAMi placed on every card: the fullest state a GPU check's pods reached this run,
+    else (no GPU check ran, e.g. `--only gpu.placement` on a running lab) what it holds now.
 
-    Read-only, so it also draws a running lab: `--only gpu.placement`."""
+    Read-only; the run draws the result (picture, JSON, text bars)."""
     _needs_gpus(t)
-    cl = ctx.tenant(t)
-    try:
-        card_map = tenant_map(t.name, cl.list_nodes(), cl.list_pods())
-    except (ValueError, KeyError, TypeError) as exc:  # json.JSONDecodeError is a ValueError
-        raise CheckFailed(
-            f"every {ANN_REGISTER} a JSON array of cards",
-            f"{type(exc).__name__}: {exc}",
-            "GPU agent (simulated) or device plugin (real) wrote a registration HAMi cannot read",
-        ) from None
+    card_map = ctx.peak_maps.get(t.name)
+    if card_map is None:
+        card_map = _read_cards(ctx.tenant(t), t)
     ctx.card_maps[t.name] = card_map
-    return Evidence(summary_line(card_map), text_bars(card_map))
+    problems = tuple(ctx.snapshot_problems.get(t.name, ()))
+    text = f"{card_map.source}: {summary_line(card_map)}"
+    if problems:
+        text += f"; {len(problems)} GPU check batch(es) not read, see below"
+    return Evidence(text, text_bars(card_map) + problems)
