@@ -18,6 +18,10 @@ level Metadata, every request), ``logs`` (one file per process). Binaries are th
 of tests/real/binaries.py: Kubernetes v1.35.4 (the lab's tenants default to v1.35.0; the proxy
 serves no other 1.35 patch), etcd v3.6.5, kwok v0.8.0.
 
+A plane started with ``full=False`` has no controller manager: no ServiceAccount tokens
+controller, no namespace finalization, and the aggregated ClusterRoles (admin, edit, view) stay
+without rules (the clusterrole-aggregation controller fills them); bind your own Role there.
+
 Users are static tokens (``--token-auth-file``, read once at start), authorization is RBAC with
 the bootstrap roles: the controller manager and scheduler run as ``system:kube-controller-manager``
 and ``system:kube-scheduler``, kwok and admin in ``system:masters``.
@@ -31,6 +35,7 @@ import datetime
 import ipaddress
 import json
 import os
+import random
 import secrets
 import shutil
 import signal
@@ -73,9 +78,23 @@ class ControlPlaneError(RuntimeError):
 
 
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A free loopback port below the kernel's ephemeral range: an outgoing connection (any
+    kubectl call) can take an ephemeral port while an API server restarts, and it could not
+    listen on its port again."""
+    low = _ephemeral_range()[0]
+    for port in random.sample(range(low // 2, low), 200):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise ControlPlaneError(f"no free port in {low // 2}-{low - 1} on 127.0.0.1")
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+    return int(low), int(high)
 
 
 # --- PKI ---------------------------------------------------------------------------------------
@@ -242,9 +261,10 @@ class Process:
 
 
 def _die_with_parent() -> None:
-    """In the child, before exec: SIGTERM when pytest itself dies (even by SIGKILL), so no
-    test run leaves an API server behind (Linux prctl PR_SET_PDEATHSIG)."""
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    """In the child, before exec: SIGKILL when pytest itself dies (even by SIGKILL), so no
+    test run leaves an API server behind (Linux prctl PR_SET_PDEATHSIG). Nobody is left to wait
+    for a graceful shutdown; etcd's leftover data is removed by the next run (_tmpfs_dir)."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def wait_until(
@@ -376,7 +396,7 @@ class ControlPlane:
         return process
 
     def _start_etcd(self) -> None:
-        data = Path(tempfile.mkdtemp(prefix=f"etcd-{self.name}-", dir=_tmpfs()))
+        data = Path(tempfile.mkdtemp(prefix=f"{self.name}-", dir=_tmpfs_dir()))
         self.etcd_data = data
         client, peer = free_port(), free_port()
         self.etcd_url = f"http://127.0.0.1:{client}"
@@ -613,11 +633,35 @@ class ControlPlane:
                 condition=lambda _: True, what=f"serviceaccount {name}/default",
             )  # fmt: skip
 
+    def can_i(self, user: str, *args: str) -> bool:
+        """``kubectl auth can-i <args>`` as ``user``: yes (True) or no (False)."""
+        result = self.kubectl("auth", "can-i", *args, user=user, check=False)
+        if result.stdout.strip() not in ("yes", "no"):
+            raise ControlPlaneError(f"kubectl auth can-i {' '.join(args)}:\n{result.stderr}")
+        return result.stdout.strip() == "yes"
+
+    def wait_until_allowed(self, user: str, *args: str, timeout: float = 15) -> None:
+        """RBAC decides from informer caches: a new (Cluster)RoleBinding takes effect a moment
+        after it is created. Wait for that before a test relies on it."""
+        wait_until(lambda: self.can_i(user, *args), f"{user} may {' '.join(args)}", timeout)
+
     def service_account_token(self, namespace: str, name: str) -> str:
         """A bound token of a real ServiceAccount (TokenRequest), as a pod would get it."""
         return self.kubectl("create", "token", name, "-n", namespace).stdout.strip()
 
 
-def _tmpfs() -> str | None:
-    # etcd fsyncs every write; on tmpfs that costs nothing. Elsewhere: the system temp dir.
-    return "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+ETCD_DATA_PREFIX = "kamaji-hami-lab-etcd-"
+
+
+def _tmpfs_dir() -> Path:
+    """This process's directory for etcd data on tmpfs (etcd fsyncs every write; on tmpfs that
+    costs nothing), named by PID. Directories of test runs that no longer exist (killed before
+    their teardown) are removed here."""
+    base = Path("/dev/shm") if os.access("/dev/shm", os.W_OK) else Path(tempfile.gettempdir())
+    for stale in base.glob(f"{ETCD_DATA_PREFIX}*"):
+        pid = stale.name.removeprefix(ETCD_DATA_PREFIX)
+        if pid.isdigit() and int(pid) != os.getpid() and not Path(f"/proc/{pid}").exists():
+            shutil.rmtree(stale, ignore_errors=True)
+    own = base / f"{ETCD_DATA_PREFIX}{os.getpid()}"
+    own.mkdir(exist_ok=True)
+    return own
