@@ -89,6 +89,7 @@ def _workers(
                 ssh_private_key=pulumi.Output.secret(cfg.ssh_private_key.get_secret_value()),
                 tenant_kubeconfig=control_plane.kubeconfig,
                 control_plane=control_plane.control_plane,
+                control_plane_identity=control_plane.identity,
             ),
             opts,
         )
@@ -101,6 +102,7 @@ def _workers(
             network_name=network_name,
             tenant_kubeconfig=control_plane.kubeconfig,
             control_plane=control_plane.control_plane,
+            control_plane_identity=control_plane.identity,
             gpu_mode=tenant.gpu_mode,
             no_proxy=(cfg.subnet, tenant.pod_cidr, tenant.service_cidr),
             after=after,
@@ -126,6 +128,7 @@ def build_tenant(
             address=str(plan.tenant_addresses[tenant.name]),
             management_provider=management.provider,
             management_kubeconfig=management.kubeconfig,
+            management_identity=management.identity,
             depends_on=platform,
         ),
     )
@@ -252,7 +255,7 @@ def build_lab(cfg: LabConfig, stack: str) -> Lab:
         for t in cfg.tenants
     }
     spec = spec_output(cfg, plan, stack, management, tenants)
-    validation = _validation(cfg, stack, spec, tenants) if cfg.validate_lab else None
+    validation = _validation(cfg, stack, spec, management, tenants) if cfg.validate_lab else None
     return Lab(plan, network, management, metallb, kamaji, tenants, spec, validation)
 
 
@@ -283,13 +286,17 @@ def spec_output(
 
 
 def _validation(
-    cfg: LabConfig, stack: str, spec: pulumi.Output[str], tenants: dict[str, TenantParts]
+    cfg: LabConfig,
+    stack: str,
+    spec: pulumi.Output[str],
+    management: Management,
+    tenants: dict[str, TenantParts],
 ) -> Validation:
     last_steps = [step for parts in tenants.values() for step in parts.last_steps]
-    # Re-run on any config change (secrets are masked in the dump) and whenever a worker
-    # joined anew.
+    # Re-run on any config change (secrets are masked in the dump), on a new management
+    # cluster and whenever a worker joined anew.
     config_hash = hashlib.sha256(cfg.model_dump_json().encode()).hexdigest()
-    triggers: list[Any] = [config_hash]
+    triggers: list[Any] = [config_hash, management.identity]
     triggers += [join.id for parts in tenants.values() for join in parts.workers.joins]
     return Validation(
         "validation",

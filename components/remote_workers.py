@@ -27,6 +27,7 @@ class RemoteWorkerPoolArgs:
     ssh_private_key: pulumi.Input[str]
     tenant_kubeconfig: pulumi.Input[str]
     control_plane: pulumi.Resource
+    control_plane_identity: pulumi.Input[str]  # Tenant.identity: a new control plane rejoins
 
 
 def connection(
@@ -57,16 +58,17 @@ class RemoteWorkerPool(pulumi.ComponentResource):
                 triggers=[args.kubernetes_version, args.gpu_mode, worker.host],
                 opts=pulumi.ResourceOptions(parent=self),
             )
-            # Reset, then join afresh, when the host or its labels change: the kubelet applies
-            # --node-labels only when it registers the Node. Both act on the same node, hence
-            # delete before replace, here and for `registered`.
+            # Reset, then join afresh, when the host, its labels or the control plane change:
+            # the kubelet applies --node-labels only when it registers the Node, and the join
+            # skips a host that has a kubelet.conf. Both act on the same node, hence delete
+            # before replace, here and for `registered`.
             join = command.remote.Command(
                 f"{worker.name}-join",
                 connection=ssh,
                 create=remote_join_script(worker.name, labels),
                 delete=remote_reset_script(worker.name),
                 stdin=args.tenant_kubeconfig,
-                triggers=[worker.host, labels],
+                triggers=[worker.host, labels, args.control_plane_identity],
                 opts=pulumi.ResourceOptions(
                     parent=self,
                     depends_on=[prepare, args.control_plane],

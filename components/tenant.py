@@ -155,17 +155,30 @@ def decode_kubeconfig(data: dict[str, str] | None) -> str:
     return base64.b64decode(data["admin.conf"]).decode()
 
 
+def control_plane_identity(tenant_name: str, address: str, api_ready_id: str) -> str:
+    """The tenant provider's `cluster_identifier`: one value per control plane instance.
+
+    `api_ready_id` is the ID of the API gate, new whenever the control plane is re-created
+    (its trigger); name and address say which tenant it is.
+    """
+    return f"{tenant_name}/{address}/{api_ready_id}"
+
+
 @dataclass(frozen=True)
 class TenantArgs:
     tenant: TenantConfig
     address: str
     management_provider: k8s.Provider
     management_kubeconfig: pulumi.Input[str]
+    # One value per management cluster instance (ManagementCluster.identity): the gates that
+    # act on that cluster run again on a new one.
+    management_identity: pulumi.Input[str]
     depends_on: list[pulumi.Resource]
 
 
 class Tenant(pulumi.ComponentResource):
     kubeconfig: pulumi.Output[str]
+    identity: pulumi.Output[str]
     provider: k8s.Provider
 
     def __init__(
@@ -187,6 +200,9 @@ class Tenant(pulumi.ComponentResource):
                 "LAB_KUBECONFIG": pulumi.Output.secret(args.management_kubeconfig),
                 "TCP_MANIFEST": yaml.safe_dump(manifest, sort_keys=False),
             },
+            # A new management cluster replaces the gate (an environment change would only
+            # update it), so it is deleted and re-run with everything else on that cluster.
+            triggers=[args.management_identity],
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.namespace, *args.depends_on]),
         )
         self.control_plane = k8s.apiextensions.CustomResource(
@@ -219,14 +235,28 @@ class Tenant(pulumi.ComponentResource):
             ),
         )
         self.kubeconfig = pulumi.Output.secret(admin_secret.data.apply(decode_kubeconfig))
+        # From the gate's ID, so the identifier depends on the control plane: when the engine
+        # replaces the control plane (with the management cluster, or on its own) it takes the
+        # identifier as unknown, DiffConfig replaces the provider, and everything in the tenant
+        # is deleted while the old control plane still answers, then re-created on the new one.
+        # A constant identifier would keep flannel, HAMi and the agent in the state of a
+        # control plane that is gone. The gate's ID is kept in the state: stable across runs.
+        self.identity = self.api_ready.id.apply(
+            lambda gate_id: control_plane_identity(tenant.name, args.address, gate_id)
+        )
         # No delete_unreachable: with it, a refresh while the control plane is down (a host
         # reboot) would silently drop every tenant resource from the state.
         self.provider = k8s.Provider(
             f"{name}-provider",
             kubeconfig=self.kubeconfig,
-            cluster_identifier=f"{tenant.name}-{args.address}",
+            cluster_identifier=self.identity,
             opts=pulumi.ResourceOptions(parent=self),
         )
         self.register_outputs(
-            {"endpoint": self.endpoint, "kubeconfig": self.kubeconfig, "address": args.address}
+            {
+                "endpoint": self.endpoint,
+                "kubeconfig": self.kubeconfig,
+                "address": args.address,
+                "identity": self.identity,
+            }
         )

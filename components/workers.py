@@ -18,6 +18,10 @@ from components.tenant import LAB_LABEL
 # replaced (a fresh node registers) when they change, since a kubelet applies --node-labels
 # only when it creates its Node.
 NODE_LABELS_LABEL = "kamaji-hami-lab/node-labels"
+# The control plane instance the node joined (Tenant.identity). Labels are ForceNew, so a new
+# control plane replaces the container: its kubelet.conf would make the join skip, and its
+# certificates are of a control plane that is gone.
+CONTROL_PLANE_LABEL = "kamaji-hami-lab/control-plane"
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY")
 # In-cluster names kind adds to NO_PROXY as well (CoreDNS's default service domains).
 CLUSTER_DOMAINS = (".svc", ".svc.cluster", ".svc.cluster.local")
@@ -31,6 +35,7 @@ class WorkerPoolArgs:
     network_name: pulumi.Input[str]
     tenant_kubeconfig: pulumi.Input[str]
     control_plane: pulumi.Resource
+    control_plane_identity: pulumi.Input[str]
     gpu_mode: str
     # Never proxied: the lab subnet, the tenant's pod and service CIDRs.
     no_proxy: tuple[str, ...]
@@ -72,6 +77,7 @@ def node_container_args(
     network_name: pulumi.Input[str],
     node_labels: Mapping[str, str] | None = None,
     env: Sequence[str] = (),
+    control_plane_identity: pulumi.Input[str] | None = None,
 ) -> dict:
     """The flags kind gives its own nodes: systemd inside, privileged, private cgroup namespace.
 
@@ -87,6 +93,10 @@ def node_container_args(
     if node_labels:
         registered = kubelet_node_labels(dict(node_labels))
         labels.append(docker.ContainerLabelArgs(label=NODE_LABELS_LABEL, value=registered))
+    if control_plane_identity is not None:
+        labels.append(
+            docker.ContainerLabelArgs(label=CONTROL_PLANE_LABEL, value=control_plane_identity)
+        )
     return {
         "name": node_name,
         "hostname": node_name,
@@ -137,12 +147,22 @@ class WorkerPool(pulumi.ComponentResource):
         self.joins: list[command.local.Command] = []
         for node_name in args.node_names:
             container_args = node_container_args(
-                node_name, args.tenant_name, image.image_id, args.network_name, labels, env
+                node_name,
+                args.tenant_name,
+                image.image_id,
+                args.network_name,
+                labels,
+                env,
+                control_plane_identity=args.control_plane_identity,
             )
             if env:  # a proxy URL may carry credentials
                 container_args["envs"] = pulumi.Output.secret(env)
             container = docker.Container(
-                node_name, **container_args, opts=pulumi.ResourceOptions(parent=self)
+                node_name,
+                **container_args,
+                # The name is fixed: the old container must go before the new one is created.
+                # pulumi-docker asks for this too; the option keeps it whatever the provider says.
+                opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True),
             )
             join = command.local.Command(
                 f"{node_name}-join",

@@ -8,12 +8,21 @@ Scripts run against fake executables that record their calls.
 from __future__ import annotations
 
 import copy
+import json
 import subprocess
 import textwrap
 from pathlib import Path
 
 import pytest
-from pulumi_harness import ProgramRun, Registration, lab_stack_config, run_program
+from pulumi.runtime.rpc import UNKNOWN
+from pulumi_harness import (
+    FAKE_KUBECONFIG,
+    ProgramRun,
+    Registration,
+    lab_stack_config,
+    run_program,
+    stack_config,
+)
 
 from components.config import ConfigError, parse_config
 from components.kamaji import (
@@ -34,10 +43,30 @@ from components.kamaji_chart import (
 )
 from components.management import cluster_identity
 from components.network import MTU_OPTION, bridge_options, docker_default_bridge_mtu
+from components.tenant import control_plane_identity
+from components.workers import CONTROL_PLANE_LABEL
 
 LAB = lab_stack_config()
 PROVIDER = "pulumi:providers:kubernetes"
 COMMAND = "command:local:Command"
+REMOTE_COMMAND = "command:remote:Command"
+CONTAINER = "docker:index/container:Container"
+TENANT_CONTROL_PLANE = "kubernetes:kamaji.clastix.io/v1alpha1:TenantControlPlane"
+# The ForceNew inputs of docker_container among those the worker containers set
+# (kreuzwerker/terraform-provider-docker `resource_docker_container.go`), by their Pulumi names.
+CONTAINER_FORCE_NEW = {
+    "name",
+    "hostname",
+    "image",
+    "privileged",
+    "securityOpts",
+    "volumes",
+    "cgroupnsMode",
+    "tty",
+    "envs",
+    "labels",
+    "networksAdvanced",
+}
 
 
 @pytest.fixture(scope="module")
@@ -54,16 +83,22 @@ def _provider_urn(registration: Registration) -> str:
 
 def _diff_replaces(registration: Registration, unknown: set[str]) -> bool:
     """Whether the provider's Diff replaces `registration` when the inputs `unknown` turn
-    unknown (they came from a resource being replaced). Only the providers the platform's
-    replacement goes through are modelled; any other resource is taken as updated in place."""
+    unknown (they came from a resource being replaced). Modelled: the providers a lab
+    resource that is not managed by a Kubernetes provider goes through; Kubernetes objects
+    move with their provider. Any other resource is taken as updated in place."""
     if registration.type == PROVIDER:
         # pulumi-kubernetes DiffConfig: an identifier that changed (unknown counts) replaces;
         # one that is set and unchanged clears every replacement, the kubeconfig's included.
         if "clusterIdentifier" in registration.inputs:
             return "clusterIdentifier" in unknown
         return "kubeconfig" in unknown
-    if registration.type == COMMAND:
-        return "triggers" in unknown  # the only replaceOnChanges input of pulumi-command
+    if registration.type in (COMMAND, REMOTE_COMMAND):
+        # pulumi-go-provider's infer diff: an unknown input differs, and `triggers` is the only
+        # replaceOnChanges input of pulumi-command; the environment only updates.
+        return "triggers" in unknown
+    if registration.type == CONTAINER:
+        # terraform-plugin-sdk: a ForceNew attribute whose new value is computed RequiresNew.
+        return bool(unknown & CONTAINER_FORCE_NEW)
     return False
 
 
@@ -78,17 +113,20 @@ def _dependents(run: ProgramRun, root: Registration) -> list[Registration]:
     return found
 
 
-def replacement_steps(run: ProgramRun, root: Registration) -> list[tuple[str, str]]:
+def replacement_steps(
+    run: ProgramRun, root: Registration, *, provider_asks_delete_first: bool = False
+) -> list[tuple[str, str]]:
     """The delete and create steps of a replacement of `root`, in execution order.
 
     Create-before-delete (the default) creates the new `root` first and deletes the old one
-    after every other step. Delete-before-replace first deletes, in reverse order, each
-    dependent that must be replaced: one managed by a provider in the replace set, or one
-    whose Diff replaces it once the inputs that came from the replace set are unknown
+    after every other step. Delete-before-replace (the resource option, or the provider's
+    Diff: `provider_asks_delete_first`) first deletes, in reverse order, each dependent that
+    must be replaced: one managed by a provider in the replace set, or one whose Diff
+    replaces it once the inputs that came from the replace set are unknown
     (`calculateDependentReplacements`); the program then re-creates them ("recreating").
     """
     name = root.name
-    if not root.delete_before_replace:
+    if not (root.delete_before_replace or provider_asks_delete_first):
         return [("create", name), ("delete", name)]
     replace_set = {root.urn}
     replaced = []
@@ -151,6 +189,181 @@ def test_a_constant_identifier_would_leave_the_releases_on_the_deleted_cluster(l
     steps = replacement_steps(run, run.named("management-kind"))
     assert ("delete", "management-provider") not in steps
     assert ("delete", "kamaji-chart") not in steps
+
+
+# What a replacement of the kind cluster leaves alone: steps on the host, and the network the
+# cluster stands on (replaced, when it is, before the cluster: see the network test below).
+INDEPENDENT_OF_THE_KIND_CLUSTER = {
+    "preflight-checks",  # checks the host
+    "lab-network-bridge",  # the Docker network the kind node is attached to
+    "kamaji-charts",  # fetches Kamaji's charts into the host's cache
+    "tenant-a-workers-image",  # image pulls on the host
+    "tenant-b-workers-image",
+}
+GPU = {**stack_config("gpu"), "sshPrivateKey": "ssh-key", "managementKubeconfig": FAKE_KUBECONFIG}
+
+
+def _created(run: ProgramRun) -> list[Registration]:
+    """What a run creates, so what a replacement may delete: custom resources, not reads."""
+    return [r for r in run.resources if r.custom and not r.read]
+
+
+def _moved(steps: list[tuple[str, str]], root: str) -> tuple[set[str], set[str]]:
+    """Which resources are deleted before `root` is, and which are created after it is."""
+    delete_root, create_root = steps.index(("delete", root)), steps.index(("create", root))
+    deleted = {name for op, name in steps[:delete_root] if op == "delete"}
+    created = {name for op, name in steps[create_root + 1 :] if op == "create"}
+    return deleted, created
+
+
+@pytest.mark.upstream(
+    "pulumi-engine-delete-before-replace-deletes-dependents-first",
+    "pulumi-k8s-cluster-identifier-masks-kubeconfig-replace",
+    "pulumi-command-unknown-trigger-replaces",
+    "docker-container-computed-force-new-replaces",
+)
+def test_replacing_the_kind_cluster_moves_every_resource_of_the_lab(lab: ProgramRun):
+    """M1 (issue 9): every resource of the lab stack is either moved, i.e. deleted while the
+    old cluster still runs and re-created once the new one exists (Kamaji, both tenants'
+    control planes, gates, providers, worker containers and joins, flannel, HAMi, the agent,
+    validation), or independent of the cluster (host steps, the network it is attached to).
+    A resource added later that is neither fails here. Nothing is deleted after the new
+    cluster exists, so the live cluster is never deleted."""
+    kind = lab.named("management-kind")
+    steps = replacement_steps(lab, kind)
+    others = {r.name for r in _created(lab)} - {kind.name}
+    assert others >= INDEPENDENT_OF_THE_KIND_CLUSTER
+    must_move = others - INDEPENDENT_OF_THE_KIND_CLUSTER
+
+    deleted, created = _moved(steps, kind.name)
+    assert must_move - deleted == set()
+    assert must_move - created == set()
+    assert deleted == created == must_move
+    create_cluster = steps.index(("create", kind.name))
+    assert [step for step in steps[create_cluster:] if step[0] == "delete"] == []
+    # Fixed names: a container replaced on its own also goes before its successor starts.
+    assert all(container.delete_before_replace for container in lab.of_type(CONTAINER))
+    # The join's delete removes the Node through the tenant, which still answers then.
+    for tenant in ("tenant-a", "tenant-b"):
+        join = steps.index(("delete", f"{tenant}-worker-1-join"))
+        assert join < steps.index(("delete", f"{tenant}-control-plane")), tenant
+
+    index = lab.by_urn()
+    for registration in _created(lab):
+        if registration.name in INDEPENDENT_OF_THE_KIND_CLUSTER:
+            upstream = {index[urn].name for urn in lab.depends_on(registration.urn)}
+            assert kind.name not in upstream, registration.name
+    for read in (r for r in lab.resources if r.read):  # read again, after its gate re-ran
+        upstream = {index[urn].name for urn in lab.depends_on(read.urn)}
+        assert upstream & must_move, read.name
+
+
+@pytest.mark.upstream(
+    "pulumi-engine-delete-before-replace-deletes-dependents-first",
+    "pulumi-k8s-cluster-identifier-masks-kubeconfig-replace",
+    "pulumi-command-unknown-trigger-replaces",
+    "docker-container-computed-force-new-replaces",
+)
+@pytest.mark.parametrize(
+    ("name", "key", "left_behind"),
+    [
+        # A constant tenant identifier keeps the tenant provider, so all it manages.
+        (
+            "tenant-a-provider",
+            "clusterIdentifier",
+            {"tenant-a-provider", "tenant-a-cni-chart", "tenant-a-hami-chart"},
+        ),
+        # Without the control plane's identity in its labels the container stays, and the
+        # join with it: an update only, which finds kubelet.conf and skips.
+        ("tenant-a-worker-1", "labels", {"tenant-a-worker-1", "tenant-a-worker-1-join"}),
+        # Without triggers the gate is updated in place, not re-run on the new cluster first.
+        ("tenant-a-admission-ready", "triggers", {"tenant-a-admission-ready"}),
+    ],
+)
+def test_an_input_that_does_not_come_from_the_cluster_leaves_resources_behind(
+    lab: ProgramRun, name: str, key: str, left_behind: set[str]
+):
+    """M1, the counter-cases that pin the model: with that input a plain value (no
+    dependency on the resources being replaced), those resources stay on the deleted
+    cluster's state while everything else moves."""
+    changed = copy.deepcopy(lab.named(name))
+    changed.property_dependencies[key] = []
+    run = ProgramRun(resources=[changed if r.name == name else r for r in lab.resources])
+    deleted, _ = _moved(replacement_steps(run, run.named("management-kind")), "management-kind")
+    assert left_behind.isdisjoint(deleted)
+    assert {"tenant-a-control-plane", "tenant-b-provider", "tenant-b-worker-1"} <= deleted
+
+
+def _run_stack(stack: str) -> ProgramRun:
+    return run_program(GPU if stack == "gpu" else stack_config(stack), stack=stack)
+
+
+@pytest.mark.upstream(
+    "pulumi-k8s-named-replace-deletes-first",
+    "pulumi-engine-delete-before-replace-deletes-dependents-first",
+    "pulumi-k8s-cluster-identifier-masks-kubeconfig-replace",
+    "pulumi-command-unknown-trigger-replaces",
+    "docker-container-computed-force-new-replaces",
+)
+@pytest.mark.parametrize(
+    ("stack", "tenant", "stays"),
+    [
+        ("lab", "tenant-a", {"tenant-a-workers-image"}),
+        ("nvml", "tenant-nvml", {"tenant-nvml-workers-image"}),
+        ("gpu", "team-a", {"gpu-host-1-prepare"}),  # installs packages on the host
+    ],
+)
+def test_replacing_a_control_plane_moves_its_tenant_and_nothing_else(
+    stack: str, tenant: str, stays: set[str]
+):
+    """M1 (issue 9), per tenant and in every stack: a re-created control plane (with the
+    cluster, or on its own: pulumi-kubernetes deletes a named object first) takes with it
+    its provider and all it manages, worker containers or remote joins, and validation;
+    what it stands on (namespace, admission gate) and host steps stay, other tenants too."""
+    run = _run_stack(stack)
+    control_plane = run.named(f"{tenant}-control-plane")
+    steps = replacement_steps(run, control_plane, provider_asks_delete_first=True)
+    in_tenant = {r.name for r in run.subtree(tenant) if r.custom and not r.read}
+    beneath = {f"{tenant}-namespace", f"{tenant}-admission-ready", control_plane.name}
+    assert stays <= in_tenant
+    must_move = (in_tenant - beneath - stays) | {"validation-labcheck"}
+
+    deleted, created = _moved(steps, control_plane.name)
+    assert deleted == created == must_move
+
+
+@pytest.mark.upstream("pulumi-command-id-new-per-create")
+def test_a_second_up_with_nothing_changed_replaces_nothing(lab: ProgramRun):
+    """M1: the identifiers, triggers and container labels that replace things come from IDs
+    kept in the state, never from a value of the run: a second `up`, and a preview of the
+    lab as it is, see the same values, all known (an unknown one would plan a replacement)."""
+
+    def replacing_inputs(run: ProgramRun) -> dict[str, dict]:
+        keys = {
+            COMMAND: {"triggers"},
+            REMOTE_COMMAND: {"triggers"},
+            PROVIDER: {"clusterIdentifier"},
+            CONTAINER: CONTAINER_FORCE_NEW,
+        }
+        return {
+            r.name: {key: r.inputs.get(key) for key in keys[r.type]}
+            for r in run.resources
+            if r.type in keys
+        }
+
+    first = replacing_inputs(lab)
+    assert replacing_inputs(run_program(LAB)) == first
+    preview = replacing_inputs(run_program(LAB, preview=True))
+    assert preview == first
+    assert UNKNOWN not in json.dumps(preview)
+
+    address = lab.outputs["tenants"]["tenant-a"]["endpoint"].split("//")[1].split(":")[0]
+    identity = control_plane_identity("tenant-a", address, "tenant-a-api-ready-id")
+    assert first["tenant-a-provider"]["clusterIdentifier"] == identity
+    assert {"label": CONTROL_PLANE_LABEL, "value": identity} in first["tenant-a-worker-1"]["labels"]
+    management = lab.named("management-provider").inputs["clusterIdentifier"]
+    assert first["tenant-a-admission-ready"]["triggers"] == [management]
+    assert management in first["validation-labcheck"]["triggers"]
 
 
 @pytest.mark.upstream("pulumi-command-triggers-replace-on-changes")
