@@ -8,9 +8,11 @@ just compare the predictor with itself.
 from __future__ import annotations
 
 import copy
+import io
 import json
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from labcheck.cluster import ClusterError, server_of
@@ -766,6 +768,33 @@ def placement_lab(clock: FakeClock | None = None) -> FakeLab:
         for pod in recorded:
             server.add_placed_pod(pod)
     return lab
+
+
+def example_lab(clock: FakeClock | None = None) -> FakeLab:
+    """The lab spec (standard_lab) with one tenant workload, notebooks/lab-anna (4096 MB, no
+    cores) on tenant-b's first L4: what docs/labcheck-placement.png is drawn from."""
+    lab = standard_lab(clock)
+    node = "tenant-b-worker-1"
+    lab.tenant("tenant-b").add_placed_pod(
+        hami_pod("notebooks", "lab-anna", node, f"GPU-{node}-0,NVIDIA,4096,0:;")
+    )
+    return lab
+
+
+def run_cli(lab: FakeLab, directory: Path, *argv: str, run_id: str = "t1") -> tuple[int, str]:
+    """`python -m labcheck` against the fake lab: its spec in `directory`, the reports in
+    `directory`/reports. Returns the exit code and the terminal output.
+
+    The docs' example: run_cli(example_lab(), Path("/tmp/x"), run_id="1a2b3c4d")."""
+    from labcheck.cli import main
+
+    directory.mkdir(parents=True, exist_ok=True)
+    spec = directory / "spec.json"
+    spec.write_text(json.dumps(lab.spec))
+    out = io.StringIO()
+    args = ["--spec", str(spec), "--report-dir", str(directory / "reports"), *argv]
+    code = main(args, out=out, factory=lab.factory, clock=lab.clock, run_id=run_id)
+    return code, out.getvalue()
 
 
 def recorded_placements() -> dict[str, tuple[list[Obj], list[Obj]]]:

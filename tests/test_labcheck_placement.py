@@ -9,7 +9,15 @@ import struct
 from dataclasses import replace
 
 import pytest
-from labcheck_fakes import hami_pod, placement_lab, recorded_placements, run_lab, standard_lab
+from labcheck_fakes import (
+    example_lab,
+    hami_pod,
+    placement_lab,
+    recorded_placements,
+    run_cli,
+    run_lab,
+    standard_lab,
+)
 
 from labcheck.cli import main
 from labcheck.cluster import ClusterError
@@ -294,38 +302,40 @@ def _segments(card: dict) -> list[tuple[str, int, int]]:
     return [(s["pod"], s["memMb"], s["cores"]) for s in card["segments"]]
 
 
-def _cli_run(lab, tmp_path, *only: str) -> tuple[int, str, dict, str]:
-    """labcheck (run id t1) against the fake lab: exit code, terminal, JSON report, SVG text."""
-    spec = tmp_path / "spec.json"
-    spec.write_text(json.dumps(lab.spec))
-    argv = ["--spec", str(spec), "--report-dir", str(tmp_path / "r")]
-    argv += [a for check in only for a in ("--only", check)]
-    out = io.StringIO()
-    code = main(argv, out=out, factory=lab.factory, clock=lab.clock, run_id="t1")
-    data = json.loads((tmp_path / "r" / "labcheck-report.json").read_text())
-    svg = tmp_path / "r" / SVG_NAME
-    return code, out.getvalue(), data, svg.read_text() if svg.exists() else ""
+def _reports(directory) -> tuple[dict, str]:
+    """What run_cli wrote: the JSON report and the SVG's text."""
+    reports = directory / "reports"
+    return json.loads((reports / "labcheck-report.json").read_text()), (
+        reports / SVG_NAME
+    ).read_text()
 
 
 def test_a_full_run_draws_the_fullest_batch_not_the_empty_cards_at_the_end(tmp_path):
     """Each GPU check deletes its pods, so at the end the cards are empty; the step draws the
-    batch that held the most pods: gpu.node-lock's 5 (more than gpu.sharing's 3)."""
-    lab = standard_lab()
-    code, text, data, svg = _cli_run(lab, tmp_path)
+    batch that held the most pods: gpu.node-lock's 5 (more than gpu.sharing's 3). This is the
+    run docs/labcheck-placement.png is drawn from."""
+    lab = example_lab()
+    code, text = run_cli(lab, tmp_path)
     assert code == 0, text
+    data, svg = _reports(tmp_path)
     ids = [r["check"] for r in data["results"]]
     assert ids[-2:] == ["gpu.placement", "cleanup"]
     assert max(i for i, c in enumerate(ids) if c.startswith(("gpu.", "hami."))) == len(ids) - 2
-    assert not [k for k in lab.tenant("tenant-a").pods if k[0] == "labcheck-t1"]  # all gone
+    for name in ("tenant-a", "tenant-b"):  # every test pod gone: live, the cards hold none
+        assert [key for key in lab.tenant(name).pods if key[0] == "labcheck-t1"] == []
     lock = [f"labcheck-t1/lc-t1-lock-{i}" for i in range(5)]
     a, b = data["placement"]["tenant-a"], data["placement"]["tenant-b"]
     assert (a["during"], b["during"]) == ("gpu.node-lock", "gpu.node-lock")
     # 81920 // (2 * 5) MB each, no cores asked: five pods of one namespace on one A100
     assert _segments(a["cards"][0]) == [(pod, 8192, 0) for pod in lock]
     assert (a["pods"], a["allocatedMb"], a["cards"][0]["slotsUsed"]) == (5, 40960, 5)
-    # tenant-b's default gpu policy is spread: 5 pods on its 2 L4s, nobody else's cards
-    assert _segments(b["cards"][0]) == [(lock[1], 2303, 0), (lock[3], 2303, 0)]
-    assert _segments(b["cards"][1]) == [(lock[0], 2303, 0), (lock[2], 2303, 0), (lock[4], 2303, 0)]
+    # tenant-b's gpu policy is spread: 5 pods on its 2 L4s, the first beside the workload
+    assert _segments(b["cards"][0]) == [
+        (lock[2], 2303, 0),
+        (lock[4], 2303, 0),
+        ("notebooks/lab-anna", 4096, 0),
+    ]
+    assert _segments(b["cards"][1]) == [(lock[0], 2303, 0), (lock[1], 2303, 0), (lock[3], 2303, 0)]
     result = next(r for r in data["results"] if r["check"] == "gpu.placement")
     assert result["evidence"] == (
         "during gpu.node-lock: 1 card(s) on 1 node(s), 5 pod(s), 40960/81920 MB allocated, "
@@ -334,9 +344,10 @@ def test_a_full_run_draws_the_fullest_batch_not_the_empty_cards_at_the_end(tmp_p
     assert "    tenant-a-worker-1 #0 [##===%%@@@##............] 40960/81920 MB" in text
     for shown in (
         "What HAMi placed on each card during gpu.node-lock: stack lab, run t1, ",
-        "during gpu.node-lock (the run's fullest)",
+        "during gpu.node-lock (the run's fullest)<",
         "lc-t1-lock-4<",
-        "1 card(s), 5 pod(s)<",
+        "2 card(s), 6 pod(s)<",
+        "notebooks/lab-anna<",
     ):
         assert f">{shown}" in svg, shown
 
@@ -344,24 +355,22 @@ def test_a_full_run_draws_the_fullest_batch_not_the_empty_cards_at_the_end(tmp_p
 def test_the_sharing_checks_pods_on_one_card_beside_a_workload(tmp_path):
     """gpu.sharing's 3 binpack pods join a tenant's workload on one L4: two namespaces on one
     card, drawn as they were before the check deleted its pods."""
-    lab = standard_lab()
-    lab.tenant("tenant-b").add_placed_pod(
-        hami_pod("notebooks", "lab-anna", B_NODE, f"GPU-{B_NODE}-0,NVIDIA,4096,0:;")
+    lab = example_lab()
+    code, text = run_cli(
+        lab, tmp_path, "--only", "hami.webhook", "--only", "gpu.sharing", "--only", "gpu.placement"
     )
-    code, text, data, svg = _cli_run(lab, tmp_path, "hami.webhook", "gpu.sharing", "gpu.placement")
     assert code == 0, text
+    data, svg = _reports(tmp_path)
     b = data["placement"]["tenant-b"]
     assert b["during"] == "gpu.sharing"
     share = [(f"labcheck-t1/lc-t1-share-{i}", 5758, 25) for i in range(3)]  # 23034 // 4, 100 // 4
     assert _segments(b["cards"][0]) == [*share, ("notebooks/lab-anna", 4096, 0)]
-    assert {pod.split("/")[0] for pod, _, _ in _segments(b["cards"][0])} == {
-        "labcheck-t1",
-        "notebooks",
-    }
     assert (b["cards"][0]["usedMb"], b["cards"][0]["usedCores"]) == (21370, 75)
     assert _segments(b["cards"][1]) == []
     assert data["placement"]["tenant-a"]["during"] == "gpu.sharing"
     assert "What HAMi placed on each card during gpu.sharing: stack lab, run t1, " in svg
+    for shown in ("labcheck-t1/lc-t1-share-0", "5758 MB · 25%", "notebooks/lab-anna"):
+        assert f">{shown}<" in svg, shown  # each line of a label is a text element
     # live, the workload alone is left
     live = tenant_map(
         "tenant-b", lab.tenant("tenant-b").list_nodes(), lab.tenant("tenant-b").list_pods()
