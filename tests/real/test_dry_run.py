@@ -170,8 +170,9 @@ def test_no_kubernetes_object_is_left_out_unnoticed(stack):
 
 
 def test_the_dry_run_refuses_what_a_real_api_server_refuses(start_control_plane):
-    """The check can fail: a Deployment whose selector does not match its template, and a
-    ResourceQuota on a non-quota resource name, are refused by the same apply."""
+    """The check can fail: a Deployment whose selector does not match its template, a
+    ResourceQuota on a non-quota resource name, and a misspelt field (server-side apply types
+    the object against the schema) are each refused by the same apply."""
     plane = start_control_plane("dry-run-negative", full=False)
     try:
         bad = [
@@ -193,13 +194,23 @@ def test_the_dry_run_refuses_what_a_real_api_server_refuses(start_control_plane)
                 "metadata": {"name": "bad", "namespace": "default"},
                 "spec": {"hard": {"gpumem": "1"}},
             },
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": "bad", "namespace": "default"},
+                "datta": {"a": "b"},
+            },
         ]
-        result = plane.kubectl(
-            "apply", "--server-side", "--dry-run=server", "-f", "-",
-            input=json.dumps({"apiVersion": "v1", "kind": "List", "items": bad}), check=False,
-        )  # fmt: skip
-        assert result.returncode == 1
-        assert "`selector` does not match template `labels`" in result.stderr
-        assert 'spec.hard[gpumem]: Invalid value: "gpumem"' in result.stderr
+        refusals = []
+        for manifest in bad:
+            result = plane.kubectl(
+                "apply", "--server-side", "--dry-run=server", "-f", "-",
+                input=json.dumps(manifest), check=False,
+            )  # fmt: skip
+            refusals.append((result.returncode, result.stderr))
+        deployment, quota, config_map = refusals
+        assert deployment[0] == 1 and "`selector` does not match template `labels`" in deployment[1]
+        assert quota[0] == 1 and 'spec.hard[gpumem]: Invalid value: "gpumem"' in quota[1]
+        assert config_map[0] == 1 and ".datta: field not declared in schema" in config_map[1]
     finally:
         plane.stop()
