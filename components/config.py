@@ -52,19 +52,20 @@ WORKER_IMAGES: dict[str, str] = {"v1.35.0": KIND_NODE_IMAGE}
 # Kamaji edge accepts tenant versions up to v1.36.x; its e2e runs v1.35.
 SUPPORTED_TENANT_MINORS = range(31, 37)
 
-DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+# fullmatch, never match: "$" also matches before a trailing newline ("a\n" passed).
+DNS_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 
 
 def _dns_label(value: str) -> str:
-    if not DNS_LABEL.match(value):
+    if not DNS_LABEL.fullmatch(value):
         raise ValueError("must be a DNS label: lower-case letters, digits and '-'")
     return value
 
 
 # Names that become namespaces, node names, container and network names.
 DnsLabel = Annotated[str, AfterValidator(_dns_label)]
-K8S_VERSION = re.compile(r"^v1\.(\d+)\.(\d+)$")
-PINNED_NODE_IMAGE = re.compile(r"^[\w./-]*kindest/node:(v1\.\d+\.\d+)@sha256:[0-9a-f]{64}$")
+K8S_VERSION = re.compile(r"v1\.(\d+)\.(\d+)")
+PINNED_NODE_IMAGE = re.compile(r"[\w./-]*kindest/node:(v1\.\d+\.\d+)@sha256:[0-9a-f]{64}")
 
 
 class ConfigError(Exception):
@@ -139,7 +140,7 @@ class TenantConfig(_Model):
     @field_validator("kubernetes_version")
     @classmethod
     def _supported_version(cls, value: str) -> str:
-        match = K8S_VERSION.match(value)
+        match = K8S_VERSION.fullmatch(value)
         if not match:
             raise ValueError("must look like v1.35.0")
         minor = int(match.group(1))
@@ -204,7 +205,7 @@ class LabConfig(_Model):
     @field_validator("management_node_image")
     @classmethod
     def _pinned(cls, value: str) -> str:
-        if not PINNED_NODE_IMAGE.match(value):
+        if not PINNED_NODE_IMAGE.fullmatch(value):
             raise ValueError("must be a kindest/node image pinned by digest (…:v1.35.0@sha256:…)")
         return value
 
@@ -276,7 +277,7 @@ def _check_workers(cfg: LabConfig, tenant: TenantConfig, key: str) -> None:
             f"set workerImage (known: {', '.join(WORKER_IMAGES)})",
         )
     if tenant.worker_image is not None:
-        match = PINNED_NODE_IMAGE.match(tenant.worker_image)
+        match = PINNED_NODE_IMAGE.fullmatch(tenant.worker_image)
         if not match:
             raise ConfigError(
                 f"{key}.workerImage",

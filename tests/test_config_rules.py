@@ -1,0 +1,410 @@
+"""Each config rule, at its edge: the value just allowed passes, the one just past is named.
+
+Written against the rules as the docs state them (Pulumi.yaml, README's config section), so that
+deleting or loosening a rule in components/config.py or components/netplan.py fails a test
+(issue 13: mutation testing found these rules unpinned).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from components.config import ConfigError, parse_config, raw_stack_config
+from components.netplan import plan_network
+
+SSH = {"sshPrivateKey": "-----BEGIN OPENSSH PRIVATE KEY-----\nx\n"}
+DIGEST = "sha256:" + "0123456789abcdef" * 4
+
+
+def tenant(**fields: Any) -> dict[str, Any]:
+    return {"tenants": [{"name": "a", **fields}]}
+
+
+def remote(**fields: Any) -> dict[str, Any]:
+    host = {"name": "gpu-1", "host": "gpu-1.example"}
+    return {"tenants": [{"name": "a", "workerMode": "remote", "remoteWorkers": [host], **fields}]}
+
+
+def image(version: str, digest: str = DIGEST) -> str:
+    return f"kindest/node:{version}@{digest}"
+
+
+def refused(raw: dict[str, Any], key: str, gist: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config(raw)
+    assert info.value.key == key, str(info.value)
+    assert str(info.value).startswith(f"{key}: ")
+    assert gist in str(info.value)
+
+
+# --- tenants ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["a", "a1", "a-b", "x" * 40, "a--b"])
+def test_tenant_names_that_are_dns_labels_pass(name: str):
+    assert parse_config({"tenants": [{"name": name}]}).tenants[0].name == name
+
+
+@pytest.mark.parametrize(
+    "name", ["A", "1a", "-a", "a-", "a_b", "a.b", "ab\n", "a b", "é", "x" * 41, ""]
+)
+def test_tenant_names_that_are_not_dns_labels_are_named(name: str):
+    with pytest.raises(ConfigError) as info:
+        parse_config({"tenants": [{"name": name}]})
+    assert info.value.key == "tenants[0].name"
+    assert any(
+        gist in str(info.value)
+        for gist in ("must be a DNS label", "at most 40 characters", "at least 1 character")
+    )
+
+
+@pytest.mark.parametrize("name", ["Lab", "lab_1", "lab\n"])
+def test_network_and_cluster_names_must_be_dns_labels(name: str):
+    for key in ("networkName", "managementClusterName"):
+        refused({**tenant(), key: name}, key, "must be a DNS label")
+
+
+@pytest.mark.parametrize("minor", [31, 36])
+def test_kubernetes_versions_at_both_ends_of_kamajis_range_pass(minor: int):
+    version = f"v1.{minor}.0"
+    cfg = parse_config(tenant(kubernetesVersion=version, workerImage=image(version)))
+    assert cfg.tenants[0].kubernetes_version == version
+    assert cfg.tenants[0].node_image == image(version)
+
+
+@pytest.mark.parametrize("minor", [30, 37])
+def test_kubernetes_versions_just_outside_kamajis_range_are_named(minor: int):
+    version = f"v1.{minor}.0"
+    refused(
+        tenant(kubernetesVersion=version, workerImage=image(version)),
+        "tenants[0].kubernetesVersion",
+        "Kamaji supports tenant versions v1.31 to v1.36",
+    )
+
+
+@pytest.mark.parametrize("version", ["1.35.0", "v1.35", "v2.35.0", "v1.35.0-rc.1", "v1.35.0\n"])
+def test_kubernetes_version_must_look_like_a_release(version: str):
+    refused(tenant(kubernetesVersion=version), "tenants[0].kubernetesVersion", "like v1.35.0")
+
+
+def test_the_default_version_uses_the_pinned_kind_image():
+    (t,) = parse_config(tenant()).tenants
+    assert t.kubernetes_version == "v1.35.0"
+    assert t.node_image.startswith("kindest/node:v1.35.0@sha256:")
+    assert len(t.node_image.split("@sha256:")[1]) == 64
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        image("v1.35.0", "sha256:" + "0" * 63),
+        image("v1.35.0", "sha256:" + "0" * 65),
+        image("v1.35.0", "sha256:" + "A" * 64),
+        image("v1.35.0", "sha512:" + "0" * 64),
+        "kindest/node:v1.35.0",
+        "kindest/nodes:v1.35.0@" + DIGEST,
+        image("v1.35.0") + "\n",
+        "kindest/node:v1.35@" + DIGEST,
+    ],
+)
+def test_a_node_image_must_be_pinned_by_a_full_digest(bad: str):
+    refused(tenant(workerImage=bad), "tenants[0].workerImage", "pinned by digest")
+    refused({**tenant(), "managementNodeImage": bad}, "managementNodeImage", "pinned by digest")
+
+
+@pytest.mark.parametrize("ok", [image("v1.35.0"), "registry.example/mirror/" + image("v1.35.2")])
+def test_a_pinned_node_image_passes_with_or_without_a_registry(ok: str):
+    cfg = parse_config({**tenant(workerImage=ok), "managementNodeImage": ok})
+    assert (cfg.tenants[0].node_image, cfg.management_node_image) == (ok, ok)
+
+
+@pytest.mark.parametrize(("workers", "ok"), [(0, False), (1, True), (20, True), (21, False)])
+def test_workers_per_tenant_are_one_to_twenty(workers: int, ok: bool):
+    raw = {**tenant(workers=workers), "subnet": "10.0.0.0/16"}
+    if ok:
+        assert len(parse_config(raw).tenants[0].worker_names) == workers
+    else:
+        refused(raw, "tenants[0].workers", "than or equal to")
+
+
+def test_container_worker_names_count_from_one():
+    assert parse_config(tenant(workers=2)).tenants[0].worker_names == ["a-worker-1", "a-worker-2"]
+
+
+def test_real_gpus_on_container_workers_are_named():
+    refused(
+        tenant(gpuMode="real"),
+        "tenants[0].gpuMode",
+        "real GPUs need workerMode remote",
+    )
+
+
+def test_real_gpus_on_remote_workers_pass_without_the_simulated_limit():
+    cfg = parse_config(
+        {**remote(gpuMode="real", gpus=[{"model": "H100-80GB", "count": 16}]), **SSH}
+    )
+    (t,) = cfg.tenants
+    assert (t.worker_names, t.container_workers, len(t.cards)) == (["gpu-1"], 0, 16)
+
+
+def test_remote_workers_need_a_host_and_the_ssh_key():
+    refused(
+        {"tenants": [{"name": "a", "workerMode": "remote"}], **SSH},
+        "tenants[0].remoteWorkers",
+        "needs at least one host",
+    )
+    refused(remote(), "sshPrivateKey", "remote workers need the SSH key")
+
+
+def test_remote_worker_names_are_unique_within_a_tenant():
+    hosts = [{"name": "g", "host": "h1"}, {"name": "g", "host": "h2"}]
+    refused(
+        {"tenants": [{"name": "a", "workerMode": "remote", "remoteWorkers": hosts}], **SSH},
+        "tenants[0].remoteWorkers[1].name",
+        "duplicate worker name 'g'",
+    )
+
+
+def test_remote_workers_on_a_container_tenant_are_named():
+    refused(
+        tenant(remoteWorkers=[{"name": "g", "host": "h"}]),
+        "tenants[0].remoteWorkers",
+        "only used with workerMode remote",
+    )
+
+
+def test_remote_workers_take_no_address_from_the_container_range():
+    # 20 remote hosts on a subnet whose container range holds 8: only container workers count.
+    hosts = [{"name": f"g{i}", "host": f"h{i}"} for i in range(20)]
+    raw = {"tenants": [{"name": "a", "workerMode": "remote", "remoteWorkers": hosts}], **SSH}
+    plan = plan_network(parse_config({**raw, "subnet": "10.0.0.0/28"}))
+    assert plan.container_range.num_addresses == 8
+
+
+def test_the_remote_ssh_port_is_a_tcp_port():
+    for port, ok in ((1, True), (65535, True), (0, False), (65536, False)):
+        host = {"name": "g", "host": "h", "port": port}
+        raw = {"tenants": [{"name": "a", "workerMode": "remote", "remoteWorkers": [host]}], **SSH}
+        if ok:
+            assert parse_config(raw).tenants[0].remote_workers[0].port == port
+        else:
+            refused(raw, "tenants[0].remoteWorkers[0].port", "than or equal to")
+
+
+# --- management mode --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("key", ["managementKubeconfig", "managementStack"])
+def test_existing_cluster_settings_are_refused_in_kind_mode(key: str):
+    refused({**tenant(), key: "x"}, key, "only used with managementMode existing")
+
+
+def test_existing_mode_needs_exactly_one_source():
+    gist = "existing needs exactly one of managementKubeconfig (secret) or managementStack"
+    refused({**tenant(), "managementMode": "existing"}, "managementMode", gist)
+    both = {"managementKubeconfig": "apiVersion: v1", "managementStack": "org/lab/lab"}
+    refused({**tenant(), "managementMode": "existing", **both}, "managementMode", gist)
+    for one in ({"managementKubeconfig": "apiVersion: v1"}, {"managementStack": "org/lab/lab"}):
+        assert parse_config({**tenant(), "managementMode": "existing", **one}).management_mode
+
+
+@pytest.mark.parametrize(
+    ("value", "ok"), [("90s", True), ("5m", True), ("5h", False), ("m", False)]
+)
+def test_the_hami_node_lock_timeout_is_seconds_or_minutes(value: str, ok: bool):
+    raw = {**tenant(), "hamiNodeLockTimeout": value}
+    if ok:
+        assert parse_config(raw).hami_node_lock_timeout == value
+    else:
+        refused(raw, "hamiNodeLockTimeout", "must be a duration such as 90s or 5m")
+
+
+def test_a_validation_error_shows_the_value_it_got():
+    with pytest.raises(ConfigError) as info:
+        parse_config({**tenant(), "hamiSplitCount": 0})
+    assert str(info.value) == ("hamiSplitCount: Input should be greater than or equal to 1 (got 0)")
+
+
+def test_a_missing_key_names_it_without_a_value():
+    with pytest.raises(ConfigError) as info:
+        parse_config({"tenants": [{}]})
+    assert str(info.value) == "tenants[0].name: Field required"
+
+
+# --- the MetalLB pool (netplan) ----------------------------------------------------------------
+
+SUBNET = {"subnet": "10.0.0.0/24"}  # containers 10.0.0.0/25, gateway 10.0.0.1
+
+
+@pytest.mark.parametrize(
+    ("pool", "gist"),
+    [
+        ("10.0.0.200-10.0.0.255", "off its first/last address"),  # the broadcast address
+        ("10.0.0.0-10.0.0.10", "off its first/last address"),  # the network address
+        ("10.0.0.127-10.0.0.130", "overlaps the container range 10.0.0.0/25"),  # its last one
+        ("10.0.0.100-10.0.0.200", "overlaps the container range 10.0.0.0/25"),
+        ("10.0.1.1-10.0.1.9", "off its first/last address"),
+        ("10.0.0.200-10.0.0.199", "starts after it ends"),
+        ("10.0.0.200", "must be a range like"),
+        ("10.0.0.200-10.0.0.x", "is not an IP address"),
+    ],
+)
+def test_a_pool_off_the_allowed_addresses_is_named(pool: str, gist: str):
+    refused({**tenant(), **SUBNET, "poolRange": pool}, "poolRange", gist)
+
+
+def test_a_pool_holding_the_gateway_is_named():
+    raw = {**tenant(), **SUBNET, "gateway": "10.0.0.200", "poolRange": "10.0.0.190-10.0.0.210"}
+    refused(raw, "poolRange", "pool includes the gateway 10.0.0.200")
+    raw = {**raw, "poolRange": "10.0.0.200-10.0.0.210"}  # the gateway as the first address
+    refused(raw, "poolRange", "pool includes the gateway 10.0.0.200")
+    raw = {**raw, "poolRange": "10.0.0.190-10.0.0.200"}  # ... and as the last
+    refused(raw, "poolRange", "pool includes the gateway 10.0.0.200")
+
+
+def test_a_pool_right_at_the_allowed_edges_passes():
+    # first address after the container range, last one before the broadcast
+    plan = plan_network(parse_config({**tenant(), **SUBNET, "poolRange": "10.0.0.128-10.0.0.254"}))
+    assert (str(plan.pool_start), str(plan.pool_end), plan.pool_size) == (
+        "10.0.0.128",
+        "10.0.0.254",
+        127,
+    )
+    plan = plan_network(
+        parse_config({**tenant(), **SUBNET, "poolRange": " 10.0.0.200 - 10.0.0.200"})
+    )
+    assert plan.pool_range == "10.0.0.200-10.0.0.200"  # a one-address pool, spaces trimmed
+
+
+def test_a_pool_just_right_for_the_tenants_passes_and_one_short_is_named():
+    two = {"tenants": [{"name": "a"}, {"name": "b"}], **SUBNET}
+    plan = plan_network(parse_config({**two, "poolRange": "10.0.0.200-10.0.0.201"}))
+    assert [str(a) for a in plan.tenant_addresses.values()] == ["10.0.0.200", "10.0.0.201"]
+    refused(
+        {**two, "poolRange": "10.0.0.200-10.0.0.200"},
+        "poolRange",
+        "has 1 addresses for 2 tenants",
+    )
+
+
+def test_the_default_pool_is_the_fifty_addresses_below_the_broadcast():
+    plan = plan_network(parse_config({**tenant(), **SUBNET}))
+    assert (str(plan.gateway), str(plan.container_range)) == ("10.0.0.1", "10.0.0.0/25")
+    assert (plan.pool_range, plan.pool_size) == ("10.0.0.205-10.0.0.254", 50)
+
+
+def test_the_default_pool_shrinks_to_what_is_above_the_container_range():
+    plan = plan_network(parse_config({**tenant(), "subnet": "10.0.0.0/26"}))
+    assert (str(plan.container_range), plan.pool_range) == ("10.0.0.0/27", "10.0.0.32-10.0.0.62")
+
+
+@pytest.mark.parametrize(
+    ("gateway", "ok"),
+    [("10.0.0.0", False), ("10.0.0.255", False), ("10.0.1.1", False), ("10.0.0.254", True)],
+)
+def test_the_gateway_is_a_host_address_of_the_subnet(gateway: str, ok: bool):
+    raw = {**tenant(), **SUBNET, "gateway": gateway, "poolRange": "10.0.0.200-10.0.0.210"}
+    if ok:
+        assert str(plan_network(parse_config(raw)).gateway) == gateway
+    else:
+        refused(raw, "gateway", "is not a host address of subnet 10.0.0.0/24")
+
+
+def test_the_container_range_holds_the_workers_and_four_more():
+    # a /29 holds 8: four workers fit, five do not
+    fits = {**tenant(workers=4), "subnet": "10.0.0.0/28"}
+    assert plan_network(parse_config(fits)).container_range.num_addresses == 8
+    refused(
+        {**tenant(workers=5), "subnet": "10.0.0.0/28"},
+        "subnet",
+        "10.0.0.0/29 holds 8 addresses; the lab needs 9 for 5 workers",
+    )
+    refused(
+        {**tenant(workers=5), **SUBNET, "containerRange": "10.0.0.0/29"},
+        "containerRange",
+        "the lab needs 9 for 5 workers",
+    )
+
+
+def test_a_container_range_outside_the_subnet_is_named():
+    refused(
+        {**tenant(), **SUBNET, "containerRange": "10.0.1.0/25"},
+        "containerRange",
+        "10.0.1.0/25 is not inside subnet 10.0.0.0/24",
+    )
+
+
+@pytest.mark.parametrize(
+    ("subnet", "gist"),
+    [
+        ("10.0.0.0/31", "too small"),
+        ("10.0.0.1/24", "is not a network in CIDR form"),
+        ("fd00::/64", "is IPv6"),
+    ],
+)
+def test_a_subnet_that_cannot_hold_the_lab_is_named(subnet: str, gist: str):
+    refused({**tenant(), "subnet": subnet}, "subnet", gist)
+
+
+def test_the_smallest_subnet_with_room_passes():
+    plan = plan_network(parse_config({**tenant(), "subnet": "10.0.0.0/28"}))
+    assert (plan.pool_range, len(plan.tenant_addresses)) == ("10.0.0.8-10.0.0.14", 1)
+
+
+@pytest.mark.parametrize(("cidr", "ok"), [("10.96.0.0/28", True), ("10.96.0.0/29", False)])
+def test_the_service_range_holds_coredns_at_its_tenth_address(cidr: str, ok: bool):
+    raw = tenant(serviceCidr=cidr)
+    if ok:
+        assert parse_config(raw).tenants[0].service_cidr == cidr
+    else:
+        refused(raw, "tenants[0].serviceCidr", "CoreDNS takes address #10")
+
+
+@pytest.mark.parametrize(
+    ("fields", "key", "gist"),
+    [
+        ({"podCidr": "172.30.1.0/24"}, "tenants[0].podCidr", "overlaps the lab subnet"),
+        ({"serviceCidr": "172.30.0.0/24"}, "tenants[0].serviceCidr", "overlaps the lab subnet"),
+        ({"podCidr": "10.96.0.0/12"}, "tenants[0].serviceCidr", "overlaps podCidr 10.96.0.0/12"),
+        ({"podCidr": "10.244.0.1/16"}, "tenants[0].podCidr", "not a network in CIDR form"),
+    ],
+)
+def test_tenant_ranges_that_collide_are_named(fields: dict, key: str, gist: str):
+    refused(tenant(**fields), key, gist)
+
+
+def test_pinned_tenant_addresses_must_be_in_the_pool_and_distinct():
+    pool = {**SUBNET, "poolRange": "10.0.0.200-10.0.0.210"}
+    refused({**tenant(address="10.0.0.211"), **pool}, "tenants[0].address", "outside the pool")
+    refused({**tenant(address="10.0.0.199"), **pool}, "tenants[0].address", "outside the pool")
+    two = {"tenants": [{"name": "a", "address": "10.0.0.210"}, {"name": "b"}], **pool}
+    assert {k: str(v) for k, v in plan_network(parse_config(two)).tenant_addresses.items()} == {
+        "a": "10.0.0.210",
+        "b": "10.0.0.200",
+    }
+    same = {
+        "tenants": [{"name": "a", "address": "10.0.0.205"}, {"name": "b", "address": "10.0.0.205"}]
+    }
+    refused({**same, **pool}, "tenants[1].address", "already pinned by tenant 'a'")
+
+
+# --- reading the stack config ------------------------------------------------------------------
+
+
+def test_the_raw_reader_reads_every_project_key_between_foreign_ones():
+    raw = raw_stack_config(
+        {
+            "aws:region": "x",
+            "kamaji-hami-lab:hamiSplitCount": "7",
+            "kamaji:other": "x",
+            "kamaji-hami-lab:preflight": "false",
+            "kubernetes:context": "x",
+            "kamaji-hami-lab:tenants": '[{"name": "a"}]',
+            "zzz:last": "x",
+        }
+    )
+    assert raw == {"hamiSplitCount": 7, "preflight": False, "tenants": [{"name": "a"}]}
+    cfg = parse_config(raw)
+    assert (cfg.hami_split_count, cfg.preflight) == (7, False)
