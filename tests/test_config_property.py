@@ -240,3 +240,78 @@ def test_program_registers_one_control_plane_per_tenant_and_one_container_per_wo
     )
     names = sorted(r.name for r in run.of_type("docker:index/container:Container"))
     assert names == sorted(n for t in cfg.tenants for n in t.worker_names)
+
+
+# --- the documented address rules as an independent oracle -----------------------------------
+
+
+def broken_network_rules(raw: dict[str, Any]) -> set[str]:
+    """The keys a near-valid config breaks, from the rules as README and Pulumi.yaml state them
+    (not from components/netplan.py): the container range is the subnet's lower half and holds
+    the workers plus 4; the gateway is the subnet's first host; the default pool is the 50
+    addresses below the broadcast, above the container range; a poolRange lies in the subnet
+    off its first and last address, off the container range and the gateway, and holds one
+    address per tenant; a pinned tenant address is in the pool and pinned once; the default
+    podCidr 10.244.0.0/16 and serviceCidr 10.96.0.0/16 stay off the lab subnet."""
+    subnet = ipaddress.IPv4Network(raw["subnet"])
+    first, last = int(subnet.network_address), int(subnet.broadcast_address)
+    half = subnet.num_addresses // 2
+    containers_last, gateway = first + half - 1, first + 1
+    tenants = raw["tenants"]
+    broken: set[str] = set()
+    if half < sum(t["workers"] for t in tenants) + 4:
+        broken.add("subnet")
+    if "poolRange" in raw:
+        start, end = (int(ipaddress.IPv4Address(a)) for a in raw["poolRange"].split("-"))
+        pool_key = "poolRange"
+        if (
+            start > end
+            or start <= first
+            or end >= last
+            or start <= containers_last
+            or start <= gateway <= end
+        ):
+            broken.add(pool_key)
+    else:
+        end, pool_key = last - 1, "subnet"
+        start = max(containers_last + 1, end - 50 + 1)
+    if end - start + 1 < len(tenants):
+        broken.add(pool_key)
+    pinned: set[str] = set()
+    for index, t in enumerate(tenants):
+        if "address" in t:
+            address = int(ipaddress.IPv4Address(t["address"]))
+            if not start <= address <= end or t["address"] in pinned:
+                broken.add(f"tenants[{index}].address")
+            pinned.add(t["address"])
+        for key, default in (("podCidr", "10.244.0.0/16"), ("serviceCidr", "10.96.0.0/16")):
+            if ipaddress.IPv4Network(default).overlaps(subnet):
+                broken.add(f"tenants[{index}].{key}")
+    return broken
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(raw=near_valid_configs())
+@example(raw={"tenants": [{"name": "t", "workers": 1}], "subnet": "10.0.0.0/24"})
+@example(raw={"tenants": [{"name": "t", "workers": 4}], "subnet": "10.0.0.0/28"})
+@example(raw={"tenants": [{"name": "t", "workers": 1}], "subnet": "10.244.0.0/24"})
+@example(
+    raw={
+        "tenants": [{"name": "t", "workers": 1}, {"name": "u", "workers": 1}],
+        "subnet": "10.0.0.0/24",
+        "poolRange": "10.0.0.128-10.0.0.128",
+    }
+)
+def test_near_valid_configs_pass_exactly_when_the_documented_rules_hold(raw: dict[str, Any]):
+    broken = broken_network_rules(raw)
+    try:
+        cfg = parse_config(raw)
+    except ConfigError as error:
+        event("refused")
+        assert error.key in broken, f"{error} (oracle: {sorted(broken) or 'valid'})"
+        return
+    event("valid")
+    assert not broken, f"accepted, but the rules say {sorted(broken)}"
+    plan = plan_network(cfg)
+    pinned = {t["name"]: t["address"] for t in raw["tenants"] if "address" in t}
+    assert {name: str(plan.tenant_addresses[name]) for name in pinned} == pinned
