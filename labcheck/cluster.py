@@ -69,6 +69,16 @@ class Cluster(Protocol):
 ClusterFactory = Callable[[dict[str, Any], str], Cluster]
 
 
+# Pod admission (ServiceAccount plugin) refuses a pod whose ServiceAccount does not exist yet,
+# with 403 "error looking up service account <ns>/default: ..."; the controller manager creates
+# `default` in each new namespace shortly after the namespace.
+SERVICE_ACCOUNT_LOOKUP = "error looking up service account"
+NO_SERVICE_ACCOUNT_CAUSE = (
+    "the namespace has no default ServiceAccount yet, which pod admission requires: the "
+    "tenant's kube-controller-manager (serviceaccount controller) is down or lagging"
+)
+
+
 def likely_cause(err: ClusterError) -> str:
     """Map an API failure to the lab component that most likely broke."""
     text = err.message.lower()
@@ -82,6 +92,8 @@ def likely_cause(err: ClusterError) -> str:
             "admission webhook unreachable through the Konnectivity tunnel "
             "(or kube-proxy on the workers broken)"
         )
+    if SERVICE_ACCOUNT_LOOKUP in text:
+        return NO_SERVICE_ACCOUNT_CAUSE
     if err.status == 0:
         return (
             "API server unreachable: MetalLB address not announced, TCP pod down, or "

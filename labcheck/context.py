@@ -5,8 +5,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
+from urllib.parse import quote
 
-from .cluster import Cluster, ClusterError, ClusterFactory, Obj, likely_cause
+from .cluster import (
+    NO_SERVICE_ACCOUNT_CAUSE,
+    Cluster,
+    ClusterError,
+    ClusterFactory,
+    Obj,
+    likely_cause,
+)
 from .hami import pending_reason
 from .objects import Created, Tracker, run_labels, tools_pod
 from .placement import TenantMap
@@ -43,6 +51,7 @@ class RunContext:
     poll_seconds: float = 1.0
     _clusters: dict[str, Cluster] = field(default_factory=dict)
     _namespaces: dict[str, str] = field(default_factory=dict)
+    _pods_admitted: set[str] = field(default_factory=set)  # tenants whose namespace takes pods
     _tools: dict[str, Obj | CheckFailed] = field(default_factory=dict)
     # tenant -> seconds waited for HAMi's webhook endpoints, or why they never came
     webhook_waits: dict[str, float | CheckFailed] = field(default_factory=dict)
@@ -81,14 +90,40 @@ class RunContext:
 
     # objects ------------------------------------------------------------------------------
     def namespace(self, t: Tenant) -> str:
-        """The per-run namespace in a tenant, created on first use."""
+        """The per-run namespace in a tenant, created on first use, once pods can be created in
+        it (its default ServiceAccount exists)."""
         if t.name not in self._namespaces:
             name = f"labcheck-{self.run_id}"
             cl = self.tenant(t)
             cl.create_namespace(name, run_labels(self.run_id))
             self.tracker.add(Created(cl, "namespace", name))
             self._namespaces[t.name] = name
+        if t.name not in self._pods_admitted:
+            self._await_default_service_account(self.tenant(t), self._namespaces[t.name])
+            self._pods_admitted.add(t.name)
         return self._namespaces[t.name]
+
+    def _await_default_service_account(self, cl: Cluster, namespace: str) -> None:
+        # Pod admission refuses every pod of a namespace without it (and retries only ~1-2 s).
+        path = f"/api/v1/namespaces/{quote(namespace)}/serviceaccounts/default"
+
+        def probe() -> tuple[bool | None, str]:
+            try:
+                cl.get_raw(path)
+            except ClusterError as exc:
+                if exc.status != 404:
+                    raise
+                return None, str(exc)
+            return True, ""
+
+        try:
+            self.wait(probe, f"ServiceAccount {namespace}/default", self.timeouts.api_seconds)
+        except WaitTimeout as exc:
+            raise CheckFailed(
+                f"ServiceAccount {namespace}/default within {exc.timeout:g}s",
+                exc.last,
+                NO_SERVICE_ACCOUNT_CAUSE,
+            ) from None
 
     def pod_name(self, short: str, i: int | None = None) -> str:
         base = f"lc-{self.run_id}-{short}"

@@ -1,0 +1,587 @@
+"""labcheck against two real control planes, one per tenant, each with its own token users
+(issue 10), the way Kamaji gives every tenant its own API server and credentials.
+
+The spec is the program's own ``labcheckSpec`` (the mocks harness renders the ``lab`` stack),
+with each tenant's kubeconfig replaced by an admin kubeconfig of its real plane (token user in
+``system:masters``, CA inline as in ``admin.conf``); a third, API-only plane plays the management
+cluster. labcheck runs through its real client (``labcheck.kube``), its runner and its checks.
+
+Which check proves what about the GPU-memory quota (finding T-quota, docs/validation.md):
+- the real kube-apiserver *accepts* the ResourceQuota the program declares
+  (``limits.nvidia.com/gpumem``) and *ignores* it: its quota evaluators take extended resources
+  only as ``requests.<name>``, so a pod asking for more is admitted and the quota never gets a
+  usage figure (``test_the_declared_gpu_quota_is_accepted_and_ignored_by_the_native_quota``);
+- only HAMi's webhook enforces that key, so labcheck's ``gpu.quota`` passes only on HAMi's own
+  denial (or HAMi's ``ResourceQuotaNotFit``), and fails here, where HAMi is absent, with the cause
+  that names the webhook; a native ``requests.*`` quota refusing first is named as such.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import secrets
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import yaml
+from controlplane import ControlPlane, free_port
+from pulumi_harness import ProgramRun, Registration, run_program, stack_config
+
+from labcheck import RUN_ID_LABEL
+from labcheck.checks import ALL_CHECKS
+from labcheck.checks.gpu import WEBHOOK_CAUSE
+from labcheck.checks.isolation import PROBE_PATHS
+from labcheck.cluster import NO_SERVICE_ACCOUNT_CAUSE, ClusterError
+from labcheck.context import RunContext
+from labcheck.hami import QUOTA_DENIAL, QUOTA_MEM_KEY, SCHEDULER_SERVICE
+from labcheck.kube import KubeCluster
+from labcheck.kube import factory as kube_factory
+from labcheck.objects import gpu_pod, run_labels
+from labcheck.result import Result, Status
+from labcheck.runner import Check, RunOutcome, run_checks
+from labcheck.spec import parse_spec
+from labcheck.waiting import SystemClock
+
+TENANTS = ("tenant-a", "tenant-b")
+ISOLATION = ["isolation.cross-tenant", "isolation.management"]
+UNREACHABLE_CAUSE = "target API unreachable, so isolation could not be tested"
+SHARED_CREDENTIALS_CAUSE = "tenants share a CA or the same admin credentials"
+FOREIGN_QUOTA_CAUSE = (
+    "another ResourceQuota in the namespace rejected the pod first, so HAMi's GPU "
+    "memory quota was not what refused it"
+)
+NATIVE_GPUMEM_KEY = "requests.nvidia.com/gpumem"  # the only form the native quota counts
+
+
+def admin_user(tenant: str) -> str:
+    return f"{tenant}-admin"
+
+
+# --- the program's declarations ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def lab_program() -> ProgramRun:
+    return run_program(stack_config("lab"), stack="lab")
+
+
+def provider_name(registration: Registration) -> str:
+    # ...::pulumi:providers:kubernetes::tenant-a-provider::<id>
+    return registration.provider.rsplit("::", 2)[1]
+
+
+def declared(run: ProgramRun, type_: str, tenant: str) -> list[dict[str, Any]]:
+    """The tenant provider's objects of one type, as pulumi-kubernetes sends them."""
+    kind = type_.rsplit(":", 1)[1]
+    return [
+        {**r.inputs, "apiVersion": "v1", "kind": kind}
+        for r in run.of_type(type_)
+        if provider_name(r) == f"{tenant}-provider"
+    ]
+
+
+# --- planes and the spec ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def planes(start_control_plane) -> Iterator[dict[str, ControlPlane]]:
+    """One full plane per tenant (the namespace, quota and RBAC aggregation controllers are
+    needed) and an API-only management plane; stopped when the module ends."""
+    started = {
+        t: start_control_plane(f"lc-{t}", users={admin_user(t): ("system:masters",)})
+        for t in TENANTS
+    }
+    started["management"] = start_control_plane("lc-management", full=False)
+    try:
+        yield started
+    finally:
+        for plane in started.values():
+            plane.stop()
+
+
+def admin_conf(plane: ControlPlane, user: str = "admin", ca_from: ControlPlane | None = None):
+    """The plane's kubeconfig for `user` with the CA inline, as Kamaji's admin.conf has it."""
+    doc = yaml.safe_load(plane.kubeconfig(user).read_text())
+    cluster = doc["clusters"][0]["cluster"]
+    cluster.pop("certificate-authority")
+    ca = (ca_from or plane).ca_path.read_bytes()
+    cluster["certificate-authority-data"] = base64.b64encode(ca).decode()
+    return doc
+
+
+def lab_spec(
+    run: ProgramRun, planes: dict[str, ControlPlane], **kubeconfigs: dict
+) -> dict[str, Any]:
+    """The program's labcheckSpec, pointed at the real planes; `kubeconfigs` overrides one
+    tenant's (keyword: the tenant name with '_' for '-')."""
+    spec = json.loads(run.outputs["labcheckSpec"])
+    assert [t["name"] for t in spec["tenants"]] == list(TENANTS)
+    spec["management"]["kubeconfig"] = yaml.safe_dump(admin_conf(planes["management"]))
+    for tenant in spec["tenants"]:
+        name = tenant["name"]
+        doc = kubeconfigs.get(name.replace("-", "_")) or admin_conf(planes[name], admin_user(name))
+        tenant["kubeconfig"] = yaml.safe_dump(doc)
+    # Short pod waits: nothing here schedules a GPU pod, so a wait only delays a failure.
+    spec["timeouts"] = {**spec["timeouts"], "podSeconds": 20}
+    return spec
+
+
+class Recorder:
+    """labcheck's Reporter: keeps every result; `on_finish` sees each one as it arrives."""
+
+    def __init__(self, on_finish: Callable[[Result], None] | None = None) -> None:
+        self.on_finish = on_finish
+
+    def start(self, check: Check, tenant: str) -> None:
+        pass
+
+    def finish(self, result: Result) -> None:
+        if self.on_finish:
+            self.on_finish(result)
+
+
+def run_labcheck(
+    spec: dict[str, Any],
+    only: list[str],
+    on_finish: Callable[[Result], None] | None = None,
+    run_id: str = "",
+) -> tuple[dict[tuple[str, str], Result], str]:
+    """Run the selected checks as `python -m labcheck` does; results by (check, tenant)."""
+    parsed = parse_spec(json.dumps(spec))
+    run_id = run_id or secrets.token_hex(4)
+    ctx = RunContext(
+        spec=parsed,
+        factory=kube_factory(parsed.timeouts.api_seconds),
+        clock=SystemClock(),
+        run_id=run_id,
+        poll_seconds=0.5,
+    )
+    outcome: RunOutcome = run_checks(ctx, ALL_CHECKS, Recorder(on_finish), only=only)
+    assert outcome.interrupted is None
+    return {(r.check, r.tenant): r for r in outcome.results}, run_id
+
+
+def verdict(result: Result) -> tuple[str, str, str, str]:
+    return result.status.value, result.expected, result.seen, result.cause
+
+
+# --- what the real servers saw -------------------------------------------------------------
+
+
+class AuditLog:
+    """The plane's audit events from the moment this object is made."""
+
+    def __init__(self, plane: ControlPlane) -> None:
+        self.path = plane.audit_log
+        self.offset = self.path.stat().st_size
+
+    def events(self) -> list[dict[str, Any]]:
+        with self.path.open("rb") as log:
+            log.seek(self.offset)
+            return [json.loads(line) for line in log.read().splitlines() if line.strip()]
+
+    def answers(self, paths: tuple[str, ...]) -> dict[str, list[tuple[str, int]]]:
+        """(user, HTTP code) of every request to `paths`, per path (blocking log backend: an
+        event is written before its response is)."""
+        seen: dict[str, list[tuple[str, int]]] = {p: [] for p in paths}
+        for event in self.events():
+            if event["requestURI"] in seen:
+                user = event.get("user", {}).get("username", "")
+                seen[event["requestURI"]].append((user, event["responseStatus"]["code"]))
+        return seen
+
+    def creations(self, run_id: str, user: str) -> list[tuple[str, str, int]]:
+        """(resource, namespace/name, code) of every create by `user` (labcheck's credentials)
+        of an object named for the run; the scheduler's events about its pods are not its."""
+        out = []
+        for event in self.events():
+            ref = event.get("objectRef") or {}
+            by = event.get("user", {}).get("username")
+            if event["verb"] == "create" and by == user and run_id in ref.get("name", ""):
+                where = f"{ref.get('namespace', '')}/{ref['name']}"
+                out.append((ref["resource"], where, event["responseStatus"]["code"]))
+        return sorted(out)
+
+
+def labelled_objects(plane: ControlPlane, run_id: str) -> list[str]:
+    """Every object of every listable kind on the plane that carries the run's id label."""
+    kinds = plane.kubectl("api-resources", "--verbs=list", "-o", "name").stdout.split()
+    found = plane.kubectl(
+        "get", ",".join(kinds), "-A", "-l", f"{RUN_ID_LABEL}={run_id}", "-o", "name"
+    )
+    return sorted(found.stdout.split())
+
+
+def assert_nothing_left(planes: dict[str, ControlPlane], run_id: str, timeout: float = 60) -> None:
+    """Bounded: a deleted namespace stays Terminating until the namespace controller empties it."""
+    deadline = time.monotonic() + timeout
+    left = {t: labelled_objects(planes[t], run_id) for t in TENANTS}
+    while any(left.values()) and time.monotonic() < deadline:
+        time.sleep(1)
+        left = {t: labelled_objects(planes[t], run_id) for t in TENANTS}
+    assert left == {t: [] for t in TENANTS}
+
+
+# --- 1. isolation ----------------------------------------------------------------------------
+
+
+@pytest.mark.upstream("kube-apiserver-audits-failed-authentication")
+def test_cross_tenant_reads_are_refused_by_authentication(lab_program, planes):
+    """Each tenant's admin token, presented to the other tenant's API server (with that server's
+    CA, so TLS holds), is unknown there: every probe read gets 401 from authentication, which the
+    target's audit log records (failed-authentication audit), and labcheck passes both checks."""
+    audits = {name: AuditLog(plane) for name, plane in planes.items()}
+    results, _ = run_labcheck(lab_spec(lab_program, planes), ISOLATION)
+
+    assert verdict(results[("isolation.cross-tenant", "")]) == ("pass", "", "", "")
+    assert results[("isolation.cross-tenant", "")].evidence == (
+        "2 ordered pair(s): every read refused with 401/403"
+    )
+    for tenant in TENANTS:
+        management = results[("isolation.management", tenant)]
+        assert (management.status, management.evidence) == (
+            Status.PASS,
+            f"management API refused {len(PROBE_PATHS)} reads with {tenant} credentials",
+        )
+    assert results[("cleanup", "")].evidence == "deleted 0 object(s) by name"
+    # No user: the token is unknown to the server, so no identity was ever established.
+    once, twice = [("", 401)], [("", 401)] * 2
+    assert audits["tenant-a"].answers(PROBE_PATHS) == {p: once for p in PROBE_PATHS}
+    assert audits["tenant-b"].answers(PROBE_PATHS) == {p: once for p in PROBE_PATHS}
+    assert audits["management"].answers(PROBE_PATHS) == {p: twice for p in PROBE_PATHS}
+
+
+def share_token(source: ControlPlane, target: ControlPlane, user: str) -> None:
+    """Make `source`'s token for `user` valid on `target` too, with no groups."""
+    target.tokens[user] = (source.token(user), ())
+    target.restart_apiserver()
+
+
+def forget_token(target: ControlPlane, user: str) -> None:
+    del target.tokens[user]
+    target.restart_apiserver()
+
+
+def wait_can_i(plane: ControlPlane, user: str, verb: str, resource: str, want: str) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        answer = plane.kubectl("auth", "can-i", verb, resource, "-A", user=user, check=False)
+        if answer.stdout.strip() == want:
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"{user} can-i {verb} {resource}: never {want}")
+
+
+@pytest.mark.upstream("kube-rbac-view-reads")
+def test_a_shared_token_is_refused_by_rbac_until_a_binding_lets_it_read(lab_program, planes):
+    """Break isolation on purpose. tenant-a's token made valid on tenant-b's server: the reads
+    are now refused by RBAC (403 for user tenant-a-admin), not by authentication, and labcheck
+    still passes. A ClusterRoleBinding to `view` lets that identity read: labcheck FAILS and names
+    exactly the reads `view` allows (namespaces, pods, deployments; not nodes, not secrets). Bound
+    to cluster-admin (one admin credential for two tenants) it FAILS naming every read."""
+    a, b, user = planes["tenant-a"], planes["tenant-b"], admin_user("tenant-a")
+    spec = lab_spec(lab_program, planes)
+    started = time.monotonic()
+    share_token(a, b, user)
+    print(f"api server restart: {time.monotonic() - started:.1f}s")
+    try:
+        audit = AuditLog(b)
+        results, _ = run_labcheck(spec, ["isolation.cross-tenant"])
+        assert results[("isolation.cross-tenant", "")].status is Status.PASS
+        assert audit.answers(PROBE_PATHS) == {p: [(user, 403)] for p in PROBE_PATHS}
+
+        b.kubectl("create", "clusterrolebinding", "lc-view", "--clusterrole=view", f"--user={user}")
+        wait_can_i(b, user, "list", "deployments", "yes")
+        results, _ = run_labcheck(spec, ["isolation.cross-tenant"])
+        assert verdict(results[("isolation.cross-tenant", "")]) == (
+            "fail",
+            "tenant-a credentials refused by tenant-b",
+            "tenant-a read tenant-b ['/api/v1/namespaces', '/api/v1/pods', "
+            "'/apis/apps/v1/deployments']",
+            SHARED_CREDENTIALS_CAUSE,
+        )
+
+        b.kubectl("create", "clusterrolebinding", "lc-admin", "--clusterrole=cluster-admin",
+                  f"--user={user}")  # fmt: skip
+        wait_can_i(b, user, "list", "secrets", "yes")
+        results, _ = run_labcheck(spec, ["isolation.cross-tenant"])
+        assert verdict(results[("isolation.cross-tenant", "")]) == (
+            "fail",
+            "tenant-a credentials refused by tenant-b",
+            f"tenant-a read tenant-b {list(PROBE_PATHS)}",
+            SHARED_CREDENTIALS_CAUSE,
+        )
+    finally:
+        b.kubectl("delete", "clusterrolebinding", "lc-view", "lc-admin", "--ignore-not-found")
+        forget_token(b, user)
+
+
+def nothing_listening(planes: dict[str, ControlPlane]) -> dict:
+    doc = admin_conf(planes["tenant-b"], admin_user("tenant-b"))
+    doc["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{free_port()}"
+    return doc
+
+
+def foreign_ca(planes: dict[str, ControlPlane]) -> dict:
+    return admin_conf(planes["tenant-b"], admin_user("tenant-b"), ca_from=planes["tenant-a"])
+
+
+@pytest.mark.parametrize(
+    ("make_kubeconfig", "error"),
+    [(nothing_listening, "Connection refused"), (foreign_ca, "CERTIFICATE_VERIFY_FAILED")],
+    ids=["nothing-listening", "tls-not-verified"],
+)
+def test_an_unreachable_target_is_inconclusive_not_refused(
+    lab_program, planes, make_kubeconfig, error
+):
+    """No HTTP answer (nothing listens, or TLS does not verify) proves nothing about isolation:
+    the check fails as inconclusive, naming every probe, instead of counting it as refused."""
+    audit = AuditLog(planes["tenant-b"])
+    spec = lab_spec(lab_program, planes, tenant_b=make_kubeconfig(planes))
+    results, _ = run_labcheck(spec, ["isolation.cross-tenant"])
+
+    status, expected, seen, cause = verdict(results[("isolation.cross-tenant", "")])
+    assert (status, expected, cause) == (
+        "fail",
+        "tenant-a-creds@tenant-b: HTTP 401/403 on every read",
+        UNREACHABLE_CAUSE,
+    )
+    probes = seen.split("; ")
+    assert [p.split(":", 1)[0] for p in probes] == list(PROBE_PATHS)
+    assert all(error in p for p in probes), seen
+    assert audit.answers(PROBE_PATHS) == {p: [] for p in PROBE_PATHS}  # never reached
+
+
+# --- 2. the GPU-memory quota ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def declared_quotas(lab_program, planes) -> dict[str, dict[str, Any]]:
+    """The quota namespace and GPU-memory ResourceQuota each tenant's provider declares,
+    server-side applied to that tenant's plane as pulumi-kubernetes applies them."""
+    quotas = {}
+    for tenant in TENANTS:
+        (quota,) = declared(lab_program, "kubernetes:core/v1:ResourceQuota", tenant)
+        namespaces = declared(lab_program, "kubernetes:core/v1:Namespace", tenant)
+        (namespace,) = [
+            n for n in namespaces if n["metadata"]["name"] == quota["metadata"]["namespace"]
+        ]
+        for manifest in (namespace, quota):
+            planes[tenant].kubectl(
+                "apply", "--server-side", "--field-manager=pulumi-kubernetes", "-f", "-",
+                input=json.dumps(manifest),
+            )  # fmt: skip
+        # Pod admission needs the namespace's default ServiceAccount (the controller manager
+        # makes it); in the lab the namespace is long there when labcheck runs.
+        planes[tenant].wait_for_object(
+            "serviceaccount", "default", "-n", namespace["metadata"]["name"],
+            condition=lambda _: True, what="the quota namespace's default ServiceAccount",
+        )  # fmt: skip
+        quotas[tenant] = quota
+    return quotas
+
+
+def wait_for_quota_status(plane: ControlPlane, namespace: str, name: str) -> dict[str, Any]:
+    """The quota once the resource-quota controller has synced it (status.hard set)."""
+    return plane.wait_for_object(
+        "resourcequota", name, "-n", namespace,
+        condition=lambda q: q.get("status", {}).get("hard") == q["spec"]["hard"],
+        what=f"resourcequota {namespace}/{name} synced by the quota controller",
+    )  # fmt: skip
+
+
+def tenant_cluster(plane: ControlPlane, tenant: str) -> KubeCluster:
+    return KubeCluster(admin_conf(plane, admin_user(tenant)), tenant, timeout=10)
+
+
+@pytest.mark.upstream("kube-quota-extended-resources-requests-only", "hami-quota-limits-keys")
+def test_the_declared_gpu_quota_is_accepted_and_ignored_by_the_native_quota(
+    lab_program, planes, declared_quotas
+):
+    """The real API server accepts the program's `limits.nvidia.com/gpumem` quota (a qualified
+    name passes ResourceQuota validation) and the quota controller syncs it, but no evaluator
+    counts that key: status.used stays empty, and a pod asking gpumemMB + 1 is admitted (HAMi's
+    webhook, which would refuse it, is not here). A `requests.nvidia.com/gpumem` quota, the
+    only form the native quota counts for extended resources, is tracked from its first sync and
+    refuses the same pod: the native quota admission is on, it just does not read HAMi's key."""
+    plane, spec = planes["tenant-a"], json.loads(lab_program.outputs["labcheckSpec"])
+    limit = spec["tenants"][0]["quota"]["gpumemMB"]
+    for tenant in TENANTS:
+        quota = declared_quotas[tenant]
+        stored = planes[tenant].get_json(
+            "resourcequota", quota["metadata"]["name"], "-n", quota["metadata"]["namespace"]
+        )
+        assert stored["spec"]["hard"] == quota["spec"]["hard"]
+        assert list(stored["spec"]["hard"]) == [QUOTA_MEM_KEY]
+
+    namespace, name = declared_quotas["tenant-a"]["metadata"].values()
+    synced = wait_for_quota_status(plane, namespace, name)
+    assert synced["status"] == {"hard": {QUOTA_MEM_KEY: str(limit)}}  # no `used` at all
+    cluster = tenant_cluster(plane, "tenant-a")
+    labels = run_labels("native-quota", "gpu.quota")
+    over = gpu_pod("lc-native-over", "registry.k8s.io/pause:3.10", labels, mem_mb=limit + 1)
+    created = cluster.create_pod(namespace, over)
+    try:
+        assert created["spec"]["schedulerName"] == "default-scheduler"
+        assert created["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpumem"] == (
+            str(limit + 1)
+        )  # defaulted from the limit: extended resources cannot overcommit
+    finally:
+        cluster.delete_pod(namespace, "lc-native-over")
+
+    contrast = "lc-native-gpumem"
+    plane.create_namespace(contrast)
+    try:
+        plane.kubectl("create", "quota", "native-gpumem", "-n", contrast,
+                      f"--hard={NATIVE_GPUMEM_KEY}={limit}")  # fmt: skip
+        native = wait_for_quota_status(plane, contrast, "native-gpumem")
+        assert native["status"]["used"] == {NATIVE_GPUMEM_KEY: "0"}
+        with pytest.raises(ClusterError) as refused:
+            cluster.create_pod(contrast, over)
+        assert (refused.value.status, refused.value.message) == (
+            403,
+            f'pods "lc-native-over" is forbidden: exceeded quota: native-gpumem, requested: '
+            f"{NATIVE_GPUMEM_KEY}={limit + 1}, used: {NATIVE_GPUMEM_KEY}=0, limited: "
+            f"{NATIVE_GPUMEM_KEY}={limit}",
+        )
+    finally:
+        plane.kubectl("delete", "namespace", contrast, "--wait=false")
+
+
+@pytest.fixture(scope="module")
+def hami_endpoint_stand_in(planes) -> None:
+    """A ready endpoint of HAMi's webhook Service, which is all labcheck waits for before its
+    first GPU pod; no webhook answers there (the API server has no webhook configuration)."""
+    for tenant in TENANTS:
+        planes[tenant].kubectl("apply", "-f", "-", input=json.dumps({
+            "apiVersion": "discovery.k8s.io/v1",
+            "kind": "EndpointSlice",
+            "metadata": {
+                "name": f"{SCHEDULER_SERVICE}-stand-in",
+                "namespace": "kube-system",
+                "labels": {"kubernetes.io/service-name": SCHEDULER_SERVICE},
+            },
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": ["10.0.0.99"], "conditions": {"ready": True}}],
+            "ports": [{"name": "https", "port": 443, "protocol": "TCP"}],
+        }))  # fmt: skip
+
+
+@pytest.mark.upstream("kube-quota-extended-resources-requests-only")
+def test_without_hamis_webhook_the_quota_check_fails_and_leaves_nothing(
+    lab_program, planes, declared_quotas, hami_endpoint_stand_in
+):
+    """gpu.quota against the real servers without HAMi: the over-quota pod is admitted (the native
+    quota ignores the key) with the default scheduler, and labcheck FAILS naming HAMi's webhook,
+    never passing on the native quota. The pod it created (audit: 201) is gone afterwards, like
+    everything else with the run's label."""
+    audits = {t: AuditLog(planes[t]) for t in TENANTS}
+    results, run_id = run_labcheck(lab_spec(lab_program, planes), ["gpu.quota"])
+
+    for tenant in TENANTS:
+        assert verdict(results[("gpu.quota", tenant)]) == (
+            "fail", "schedulerName hami-scheduler", "schedulerName is default-scheduler",
+            WEBHOOK_CAUSE,
+        )  # fmt: skip
+        namespace = declared_quotas[tenant]["metadata"]["namespace"]
+        assert audits[tenant].creations(run_id, admin_user(tenant)) == [
+            ("pods", f"{namespace}/lc-{run_id}-quota", 201)
+        ]
+    assert verdict(results[("cleanup", "")]) == ("pass", "", "", "")
+    assert_nothing_left(planes, run_id)
+
+
+@pytest.mark.upstream("hami-webhook-quota-denial")
+def test_a_native_quota_refusing_first_is_not_taken_for_hamis(
+    lab_program, planes, declared_quotas, hami_endpoint_stand_in
+):
+    """A `requests.nvidia.com/gpumem` quota next to the program's: the real server refuses the
+    probe pod with its own `exceeded quota` 403, which labcheck must not count as HAMi's quota."""
+    plane = planes["tenant-a"]
+    namespace = declared_quotas["tenant-a"]["metadata"]["namespace"]
+    limit = json.loads(lab_program.outputs["labcheckSpec"])["tenants"][0]["quota"]["gpumemMB"]
+    plane.kubectl("create", "quota", "foreign-gpumem", "-n", namespace,
+                  f"--hard={NATIVE_GPUMEM_KEY}={limit}")  # fmt: skip
+    try:
+        wait_for_quota_status(plane, namespace, "foreign-gpumem")
+        audit = AuditLog(plane)
+        results, run_id = run_labcheck(lab_spec(lab_program, planes), ["gpu.quota"])
+    finally:
+        plane.kubectl("delete", "resourcequota", "foreign-gpumem", "-n", namespace)
+    status, expected, seen, cause = verdict(results[("gpu.quota", "tenant-a")])
+    assert (status, expected, cause) == (
+        "fail",
+        f"HTTP 403 '{QUOTA_DENIAL}', or Pending with ResourceQuotaNotFit",
+        FOREIGN_QUOTA_CAUSE,
+    )
+    assert seen == (
+        f'HTTP 403: pods "lc-{run_id}-quota" is forbidden: exceeded quota: foreign-gpumem, '
+        f"requested: {NATIVE_GPUMEM_KEY}={limit + 1}, used: {NATIVE_GPUMEM_KEY}=0, "
+        f"limited: {NATIVE_GPUMEM_KEY}={limit}"
+    )
+    assert audit.creations(run_id, admin_user("tenant-a")) == [
+        ("pods", f"{namespace}/lc-{run_id}-quota", 403)
+    ]
+    assert_nothing_left(planes, run_id)
+
+
+# --- 3. nothing left behind ----------------------------------------------------------------
+
+
+def test_a_failing_run_leaves_nothing_with_its_label(lab_program, planes, hami_endpoint_stand_in):
+    """hami.webhook fails on both real servers (no webhook sets hami-scheduler). Before cleanup,
+    the run's namespace is found by its run-id label on each server (so the search below can
+    see labcheck's objects); afterwards no object of any kind carries the label, the namespaces
+    included, though labcheck created a namespace and a pod on each (audit: 201)."""
+    audits = {t: AuditLog(planes[t]) for t in TENANTS}
+    run_id = secrets.token_hex(4)
+    before_cleanup: dict[str, list[str]] = {}
+
+    def snapshot(result: Result) -> None:
+        if (result.check, result.tenant) == ("hami.webhook", TENANTS[-1]):
+            before_cleanup.update({t: labelled_objects(planes[t], run_id) for t in TENANTS})
+
+    spec = lab_spec(lab_program, planes)
+    results, _ = run_labcheck(spec, ["hami.webhook"], snapshot, run_id)
+
+    for tenant in TENANTS:
+        assert verdict(results[("hami.webhook", tenant)]) == (
+            "fail", "schedulerName hami-scheduler", "schedulerName is default-scheduler",
+            WEBHOOK_CAUSE,
+        )  # fmt: skip
+        assert before_cleanup[tenant] == [f"namespace/labcheck-{run_id}"]
+        assert audits[tenant].creations(run_id, admin_user(tenant)) == [
+            ("namespaces", f"/labcheck-{run_id}", 201),
+            ("pods", f"labcheck-{run_id}/lc-{run_id}-webhook", 201),
+        ]
+    assert results[("cleanup", "")].evidence == "deleted 2 object(s) by name"
+    assert_nothing_left(planes, run_id)
+
+
+@pytest.mark.upstream("kube-pod-admission-needs-service-account")
+def test_a_namespace_without_its_service_account_fails_with_that_cause(lab_program, planes):
+    """A tenant whose controller manager does not run (here: tenant-b pointed at the API-only
+    plane) never gets the `default` ServiceAccount in labcheck's namespace, and pod admission
+    refuses every pod there with 403 'error looking up service account'. labcheck waits for the
+    ServiceAccount (bounded) and fails with that cause, not 'RBAC forbids' (found on the real
+    servers: right after an API server restart the controller manager lagged and labcheck
+    reported the 403 as an RBAC refusal)."""
+    no_controllers = planes["management"]
+    spec = lab_spec(lab_program, planes, tenant_b=admin_conf(no_controllers))
+    spec["timeouts"]["apiSeconds"] = 3
+    results, run_id = run_labcheck(spec, ["hami.webhook"])
+
+    namespace = f"labcheck-{run_id}"
+    assert verdict(results[("hami.webhook", "tenant-b")]) == (
+        "fail",
+        f"ServiceAccount {namespace}/default within 3s",
+        'HTTP 404: serviceaccounts "default" not found',
+        NO_SERVICE_ACCOUNT_CAUSE,
+    )
+    assert results[("cleanup", "")].status is Status.PASS
+    # Deleted, though without a namespace controller it stays Terminating on that plane.
+    left = no_controllers.get_json("namespace", namespace)
+    assert left["metadata"]["deletionTimestamp"]
