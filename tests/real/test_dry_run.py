@@ -1,7 +1,7 @@
 """Every built-in Kubernetes object the program declares is accepted by a real API server.
 
 The mocks harness renders each stack; per Kubernetes provider of the program (the management
-cluster, each tenant) one real API server (v1.35.4) judges that provider's objects with a
+cluster, each tenant) a real API server (v1.35.4) judges that provider's objects with a
 server-side dry-run apply, the way pulumi-kubernetes applies them (server-side apply). Custom
 resources (MetalLB, Kamaji) and Helm releases are out of scope: their CRDs and charts are not
 obtainable here. Reads (``Secret.get``) are not declarations and are skipped.
@@ -135,28 +135,34 @@ def prepare_cluster(plane, manifests: list[dict[str, Any]]) -> None:
         )  # fmt: skip
 
 
+@pytest.fixture(scope="module")
+def api_server(start_control_plane):
+    """One API server for every cluster of every stack: a dry-run stores nothing, so the only
+    shared state is the namespaces applied for real, and prepare_cluster demands that each
+    provider's objects sit in namespaces that provider itself declares."""
+    plane = start_control_plane("dry-run", full=False)
+    yield plane
+    plane.stop()
+
+
 @pytest.mark.parametrize("stack", STACKS)
-def test_every_built_in_object_passes_a_server_side_dry_run(stack, start_control_plane):
+def test_every_built_in_object_passes_a_server_side_dry_run(stack, api_server):
     declared = [r for r in program_run(stack).resources if is_built_in_declaration(r)]
     groups = by_provider(declared)
     assert groups, f"{stack}: no built-in objects rendered"
     for provider, registrations in groups.items():
-        plane = start_control_plane(f"{stack}-{provider}", full=False)
-        try:
-            manifests = [as_manifest(r) for r in registrations]
-            prepare_cluster(plane, manifests)
-            result = plane.kubectl(
-                "apply", "--server-side", "--dry-run=server", f"--field-manager={FIELD_MANAGER}",
-                "-f", "-",
-                input=json.dumps({"apiVersion": "v1", "kind": "List", "items": manifests}),
-                check=False,
-            )  # fmt: skip
-            assert (result.returncode, result.stderr) == (0, ""), (
-                f"{stack}/{provider}: the API server refused:\n{result.stderr}"
-            )
-            assert applied_names(result.stdout) == sorted(object_ref(m) for m in manifests)
-        finally:
-            plane.stop()
+        manifests = [as_manifest(r) for r in registrations]
+        prepare_cluster(api_server, manifests)
+        result = api_server.kubectl(
+            "apply", "--server-side", "--dry-run=server", f"--field-manager={FIELD_MANAGER}",
+            "-f", "-",
+            input=json.dumps({"apiVersion": "v1", "kind": "List", "items": manifests}),
+            check=False,
+        )  # fmt: skip
+        assert (result.returncode, result.stderr) == (0, ""), (
+            f"{stack}/{provider}: the API server refused:\n{result.stderr}"
+        )
+        assert applied_names(result.stdout) == sorted(object_ref(m) for m in manifests)
 
 
 @pytest.mark.parametrize("stack", STACKS)
@@ -169,48 +175,44 @@ def test_no_kubernetes_object_is_left_out_unnoticed(stack):
         assert {"core", "rbac.authorization.k8s.io", "apps"} <= groups
 
 
-def test_the_dry_run_refuses_what_a_real_api_server_refuses(start_control_plane):
+def test_the_dry_run_refuses_what_a_real_api_server_refuses(api_server):
     """The check can fail: a Deployment whose selector does not match its template, a
     ResourceQuota on a non-quota resource name, and a misspelt field (server-side apply types
     the object against the schema) are each refused by the same apply."""
-    plane = start_control_plane("dry-run-negative", full=False)
-    try:
-        bad = [
-            {
-                "apiVersion": "apps/v1",
-                "kind": "Deployment",
-                "metadata": {"name": "bad", "namespace": "default"},
-                "spec": {
-                    "selector": {"matchLabels": {"app": "a"}},
-                    "template": {
-                        "metadata": {"labels": {"app": "b"}},
-                        "spec": {"containers": [{"name": "c", "image": "busybox"}]},
-                    },
+    bad = [
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "bad", "namespace": "default"},
+            "spec": {
+                "selector": {"matchLabels": {"app": "a"}},
+                "template": {
+                    "metadata": {"labels": {"app": "b"}},
+                    "spec": {"containers": [{"name": "c", "image": "busybox"}]},
                 },
             },
-            {
-                "apiVersion": "v1",
-                "kind": "ResourceQuota",
-                "metadata": {"name": "bad", "namespace": "default"},
-                "spec": {"hard": {"gpumem": "1"}},
-            },
-            {
-                "apiVersion": "v1",
-                "kind": "ConfigMap",
-                "metadata": {"name": "bad", "namespace": "default"},
-                "datta": {"a": "b"},
-            },
-        ]
-        refusals = []
-        for manifest in bad:
-            result = plane.kubectl(
-                "apply", "--server-side", "--dry-run=server", "-f", "-",
-                input=json.dumps(manifest), check=False,
-            )  # fmt: skip
-            refusals.append((result.returncode, result.stderr))
-        deployment, quota, config_map = refusals
-        assert deployment[0] == 1 and "`selector` does not match template `labels`" in deployment[1]
-        assert quota[0] == 1 and 'spec.hard[gpumem]: Invalid value: "gpumem"' in quota[1]
-        assert config_map[0] == 1 and ".datta: field not declared in schema" in config_map[1]
-    finally:
-        plane.stop()
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
+            "metadata": {"name": "bad", "namespace": "default"},
+            "spec": {"hard": {"gpumem": "1"}},
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "bad", "namespace": "default"},
+            "datta": {"a": "b"},
+        },
+    ]
+    refusals = []
+    for manifest in bad:
+        result = api_server.kubectl(
+            "apply", "--server-side", "--dry-run=server", "-f", "-",
+            input=json.dumps(manifest), check=False,
+        )  # fmt: skip
+        refusals.append((result.returncode, result.stderr))
+    deployment, quota, config_map = refusals
+    assert deployment[0] == 1 and "`selector` does not match template `labels`" in deployment[1]
+    assert quota[0] == 1 and 'spec.hard[gpumem]: Invalid value: "gpumem"' in quota[1]
+    assert config_map[0] == 1 and ".datta: field not declared in schema" in config_map[1]
