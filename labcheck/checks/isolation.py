@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 from ..cluster import ClusterError, cross_kubeconfig
 from ..context import RunContext
 from ..hami import ANN_NODE
-from ..result import CheckFailed, CheckSkipped
+from ..result import CheckFailed, CheckSkipped, Evidence
 from ..spec import Tenant
 
 # Reads that any admin could do; a foreign user must get 401/403 on every one.
@@ -18,10 +20,20 @@ PROBE_PATHS = (
 )
 
 
-def _refused(ctx: RunContext, target: dict, creds: dict, label: str) -> list[str]:
-    """Return the paths the foreign credentials could read (empty = isolated)."""
+# What a refusal says about the target: 401 = it does not know the credentials (separate CAs
+# and tokens, as Kamaji gives every tenant); 403 = it authenticated them as one of its own
+# identities and only RBAC stands between them and the reads (a shared CA or token).
+REFUSAL_MEANING = {
+    401: "credentials unknown there",
+    403: "credentials authenticated there, RBAC denies the reads",
+}
+
+
+def _refused(ctx: RunContext, target: dict, creds: dict, label: str) -> tuple[list[str], str]:
+    """Return the paths the foreign credentials could read (empty = isolated) and how the
+    refusals answered, e.g. '401 x5 (credentials unknown there)'."""
     cl = ctx.factory(cross_kubeconfig(target, creds), label)
-    leaks, inconclusive = [], []
+    leaks, inconclusive, codes = [], [], Counter()
     for path in PROBE_PATHS:
         try:
             cl.get_raw(path)
@@ -29,6 +41,7 @@ def _refused(ctx: RunContext, target: dict, creds: dict, label: str) -> list[str
         except ClusterError as exc:
             if not exc.denied:
                 inconclusive.append(f"{path}: {exc}")
+            codes[exc.status] += 1
     if inconclusive:
         # Not reaching the server proves nothing: fail rather than pass silently.
         raise CheckFailed(
@@ -36,40 +49,45 @@ def _refused(ctx: RunContext, target: dict, creds: dict, label: str) -> list[str
             "; ".join(inconclusive),
             "target API unreachable, so isolation could not be tested",
         )
-    return leaks
+    answers = ", ".join(
+        f"{code} x{n} ({REFUSAL_MEANING[code]})" for code, n in sorted(codes.items())
+    )
+    return leaks, f"{label}: {answers}"
 
 
-def cross_tenant(ctx: RunContext) -> str:
+def cross_tenant(ctx: RunContext) -> Evidence:
     tenants = ctx.spec.tenants
     if len(tenants) < 2:
         raise CheckSkipped("only one tenant configured")
-    pairs = 0
+    pairs = []
     for a in tenants:
         for b in tenants:
             if a is b:
                 continue
             label = f"{a.name}-creds@{b.name}"
-            leaks = _refused(ctx, b.kubeconfig, a.kubeconfig, label)
+            leaks, answers = _refused(ctx, b.kubeconfig, a.kubeconfig, label)
             if leaks:
                 raise CheckFailed(
                     f"{a.name} credentials refused by {b.name}",
                     f"{a.name} read {b.name} {leaks}",
                     "tenants share a CA or the same admin credentials",
                 )
-            pairs += 1
-    return f"{pairs} ordered pair(s): every read refused with 401/403"
+            pairs.append(answers)
+    return Evidence(f"{len(pairs)} ordered pair(s): every read refused with 401/403", tuple(pairs))
 
 
-def management_refused(ctx: RunContext, t: Tenant) -> str:
+def management_refused(ctx: RunContext, t: Tenant) -> Evidence:
     label = f"{t.name}-creds@management"
-    leaks = _refused(ctx, ctx.spec.management.kubeconfig, t.kubeconfig, label)
+    leaks, answers = _refused(ctx, ctx.spec.management.kubeconfig, t.kubeconfig, label)
     if leaks:
         raise CheckFailed(
             f"{t.name} credentials refused by the management API",
             f"read {leaks}",
             "tenant kubeconfig carries management credentials",
         )
-    return f"management API refused {len(PROBE_PATHS)} reads with {t.name} credentials"
+    return Evidence(
+        f"management API refused {len(PROBE_PATHS)} reads with {t.name} credentials", (answers,)
+    )
 
 
 def gpu_placement(ctx: RunContext, t: Tenant) -> str:
