@@ -30,6 +30,10 @@ UNREGISTERED_REASON = "node unregistered"  # HAMi's Filter text for a node it ha
 # kube-scheduler retry every pod an extender rejected.
 REQUEUE_ANNOTATION = "gpu-agent.lab/requeue-after-register"
 MAX_CONFLICT_RETRIES = 5
+# How long a 401/403 may last before the agent gives up (exit 3). A kube-apiserver that has just
+# started answers 403 ("clusterrole ... not found") until its RBAC caches have synced, and can
+# be reached before it is ready: a restart of the tenant's API server must not end the agent.
+AUTH_GRACE_SECONDS = 30.0
 TERMINAL_PHASES = ("Succeeded", "Failed")
 
 EXIT_OK, EXIT_BUG, EXIT_CONFIG, EXIT_AUTH = 0, 1, 2, 3
@@ -74,8 +78,9 @@ class _Pass:
     ) -> None:
         self.api, self.config, self.s = api, config, PassSummary()
         self.nodes = nodes  # our nodes, latest copy we have seen (our writes update it)
-        self.pods = pods  # bound, unfinished pods as listed or watched (read only here)
+        self.pods = pods  # bound, unfinished pods as listed or watched, and our writes' results
         self.unseen_owner: list[str] = []  # nodes locked by a pod we have not seen yet
+        self.lock_judged: set[PodKey] = set()  # owners whose lock complete() already judged
 
     def guard(self, what: str, fn: Callable[..., Any], *args: Any) -> bool:
         """Contain one item's failure to that item; only auth errors end the pass."""
@@ -153,9 +158,9 @@ class _Pass:
                 break  # someone else finished or changed it meanwhile
             try:
                 try:
-                    self.api.patch_pod(ns, name, _completion_patch(pod))
+                    self._remember(self.api.patch_pod(ns, name, _completion_patch(pod)))
                 except (Unprocessable, Conflict):  # a `test` failed: re-read and re-judge
-                    pod = self.api.get_pod(ns, name)
+                    pod = self._remember(self.api.get_pod(ns, name))
                     continue
             except NotFound:
                 LOG.info("pod gone before completion pod=%s/%s node=%s", ns, name, node)
@@ -166,7 +171,17 @@ class _Pass:
         else:
             raise Conflict(409, f"pod {ns}/{name} kept changing")
         # Done, vanished or finished by someone else: in each case a lock it holds is stale.
+        self.lock_judged.add((ns, name))  # once per pass: a failed release is retried later
         self.release(node, lambda v: hami.owns_lock(v, ns, name), f"{ns}/{name}", "allocated")
+
+    def _remember(self, pod: Obj) -> Obj:
+        """Cache a pod the server just returned: the events still on their way (the kubelet's
+        status write before our patch, the echo of the patch) are then older and dropped, not
+        taken for a pod that still needs completing (a second patch, a 422 and a GET)."""
+        key = _pod_key(pod)
+        if key in self.pods:  # only pods the watch keeps: a finished one leaves with DELETED
+            self.pods[key] = pod
+        return pod
 
     # locks
     def release(self, name: str, still_stale: Callable[[str], bool], owner: str, why: str) -> None:
@@ -331,6 +346,7 @@ class Agent:
         self.owner_wait: dict[str, tuple[str, float]] = {}  # node -> (lock value, when)
         self.requeue_at: dict[str, float] = {}  # node -> when HAMi has read our registration
         self.failure: BaseException | None = None  # from a watch thread, raised by step()
+        self.refused_since: dict[str, float] = {}  # "pass"/"watch <res>" -> first 401/403
         self.closed = False
 
     # ------------------------------------------------------------------ passes
@@ -409,6 +425,8 @@ class Agent:
             value = _annotations(self.nodes[name]).get(hami.LOCK_ANNOTATION)
             owner = hami.lock_owner(value) if value else None
             if owner is None or not (name in dirty_nodes or owner in dirty_pods or owner in gone):
+                continue
+            if owner in p.lock_judged:
                 continue
             may_get = full or name in look_up or owner in gone
             if not p.guard(f"lock check {name}", p.release_if_orphaned, name, may_get):
@@ -495,6 +513,7 @@ class Agent:
                 stream = self.api.watch_nodes(version, timeout_seconds)
             else:
                 stream = self.api.watch_pods(version, timeout_seconds, POD_SELECTOR)
+            self.accepted(f"watch {resource}")
             for event in stream:
                 with self.cond:
                     if generation != self.generation or self.closed:
@@ -529,8 +548,12 @@ class Agent:
             try:
                 applied = self.follow(resource, self.config.relist_seconds)
             except AuthError as exc:
-                self._fail(exc)
-                return
+                if self.refused_for_good(exc, f"watch {resource}"):
+                    self._fail(exc)
+                    return
+                LOG.warning("watch %s refused, retrying: %s", resource, exc)
+                stop.wait(self.config.resync_seconds)
+                continue
             except ApiError as exc:  # dropped connection, 5xx...: resume from the version
                 LOG.warning("watch %s failed, resuming: %s", resource, exc)
                 stop.wait(self.config.resync_seconds)
@@ -541,6 +564,20 @@ class Agent:
             quick = applied == 0 and self.clock() - started < 1.0
             if quick and self.synced[resource]:  # a stream that ends at once: no tight loop
                 stop.wait(self.config.resync_seconds)
+
+    def accepted(self, source: str) -> None:
+        """`source` ("pass", "watch nodes", "watch pods") got through: refusals start over."""
+        with self.cond:
+            self.refused_since.pop(source, None)
+
+    def refused_for_good(self, exc: AuthError, source: str) -> bool:
+        """Whether `exc` ends the agent: a TLS or token-file failure at once; a 401/403 once
+        `source` has been refused for AUTH_GRACE_SECONDS without getting through meanwhile."""
+        if exc.status not in (401, 403):
+            return True
+        with self.cond:
+            now = self.clock()
+            return now - self.refused_since.setdefault(source, now) >= AUTH_GRACE_SECONDS
 
     def _fail(self, exc: BaseException) -> None:
         with self.cond:
@@ -579,13 +616,22 @@ def run(
             try:
                 with agent.cond:
                     agent.step()
+                    agent.accepted("pass")  # after a refusal, step() is a whole relist
                     wait = agent.next_due() - clock()
                     if wait > 0 and not (agent.dirty_nodes or agent.dirty_pods or agent.gone):
                         # woken by an event; 1 s at most so a stop request is seen soon
                         agent.cond.wait(min(wait, 1.0))
             except AuthError as exc:
-                LOG.error("fatal, exiting: %s", exc)
-                return EXIT_AUTH
+                if exc is agent.failure or agent.refused_for_good(exc, "pass"):
+                    LOG.error("fatal, exiting: %s", exc)
+                    return EXIT_AUTH
+                # The marks of an interrupted pass are lost: the next step, after the pause,
+                # is a whole relist (so that its success means the refusal is over).
+                LOG.warning("refused, relisting: %s", exc)
+                with agent.cond:
+                    agent.synced = dict.fromkeys(RESOURCES, False)
+                    agent.listed_at = float("-inf")
+                stop_event.wait(config.resync_seconds)
             except ApiError as exc:  # a LIST failed (5xx, timeout...): relist after a pause
                 LOG.warning("pass failed, retrying: %s", exc)
                 stop_event.wait(config.resync_seconds)

@@ -135,6 +135,7 @@ def test_main_once_against_forbidden_api(monkeypatch):
     assert main(["--once"]) == 3
     kube.fail_next("list_nodes", gpu_agent.AuthError(401, "unauthorized"))
     monkeypatch.setattr("signal.signal", lambda *a: None)  # keep pytest's own handlers
+    monkeypatch.setattr(gpu_agent.agent, "AUTH_GRACE_SECONDS", 0.0)  # no retry of the 401
     assert main([]) == 3  # the long-running loop exits too
 
 

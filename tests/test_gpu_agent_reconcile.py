@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import threading
 
@@ -471,17 +472,55 @@ def test_transient_list_error_is_retried_by_run(kube, config):
     assert kube.nodes[NODE]["metadata"]["labels"]["gpu"] == "on"
 
 
+def ticking_clock(step: float = 5.0):
+    """Each read is `step` seconds later: a refusal outlasts the grace in a few passes."""
+    ticks = itertools.count(100.0, step)
+    return lambda: next(ticks)
+
+
 @pytest.mark.parametrize("status", [401, 403])
-def test_auth_error_exits_non_zero(kube, config, status):
-    kube.fail_next("list_nodes", AuthError(status, "forbidden"))
-    assert run(kube, config, threading.Event()) == EXIT_AUTH
+def test_lasting_auth_error_exits_non_zero_after_the_grace(kube, config, status):
+    kube.fail_next("list_nodes", AuthError(status, "forbidden"), times=99)
+    assert run(kube, config, threading.Event(), clock=ticking_clock()) == EXIT_AUTH
+    lists = kube.count("list")
+    assert 2 <= lists < 99  # retried, then gave up
 
 
-def test_auth_error_mid_pass_exits_non_zero(kube, config):
+def test_lasting_auth_error_mid_pass_exits_non_zero(kube, config):
     registered(kube, config)
     bind_one(kube, "p1")
-    kube.fail_next("patch_pod", AuthError(403, 'cannot patch resource "pods"'))
-    assert run(kube, config, threading.Event()) == EXIT_AUTH
+    kube.fail_next("patch_pod", AuthError(403, 'cannot patch resource "pods"'), times=99)
+    assert run(kube, config, threading.Event(), clock=ticking_clock()) == EXIT_AUTH
+
+
+def test_tls_failure_exits_at_once(kube, config):
+    kube.fail_next("list_nodes", AuthError(0, "TLS verification failed"))
+    assert run(kube, config, threading.Event(), clock=ticking_clock()) == EXIT_AUTH
+    assert kube.count("list") == 1
+
+
+@pytest.mark.upstream("k8s-apiserver-403-until-rbac-synced")
+def test_a_refusal_while_the_api_server_starts_is_retried(kube, config):
+    """A restarted kube-apiserver answers 403 until its RBAC caches synced (seen in
+    tests/real/test_agent_real.py: the agent used to exit 3 there). Refusals shorter than
+    the grace are retried; the pass then converges and the loop goes on."""
+    registered(kube, config)
+    bind_one(kube, "p1")
+    kube.fail_next("list_nodes", AuthError(403, 'clusterrole "hami-simulated-gpu-agent" not found'))
+    kube.fail_next("patch_pod", AuthError(403, "RBAC: clusterrole not found"))
+    stop = threading.Event()
+
+    def done(method, args):
+        if (
+            kube.pods[("team-a", "p1")]["metadata"]["annotations"]["hami.io/bind-phase"]
+            == "success"
+        ):
+            stop.set()
+
+    kube.before_call = done
+    assert run(kube, config, stop) == EXIT_OK
+    kube.close_watches()
+    assert kube.lock(NODE) is None
 
 
 def test_unexpected_exception_exits_non_zero(kube, config):

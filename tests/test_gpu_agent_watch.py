@@ -152,6 +152,29 @@ def test_echo_of_an_earlier_write_does_not_roll_the_cache_back(kube, config, clo
 
 
 @pytest.mark.upstream("k8s-resource-version-comparable")
+def test_a_status_write_seen_after_the_completion_does_not_complete_again(kube, agent):
+    """D2/D3, as the real kube-apiserver showed it (tests/real/test_agent_real.py): the agent
+    acts on the bind event; kwok/the kubelet writes the pod's status before the agent's patch
+    lands, and that event (still `allocating`) arrives after it. The cache holds the patch's
+    response, so the event is older and dropped: no second patch, 422 and GET."""
+    bind(kube, "p1")
+    agent.follow("nodes", 0)
+    kube.drop_next_watch("watch_pods", after=1)  # the loop wakes after the bind event
+    assert agent.follow("pods", 0) == 1
+    kube.set_pod_phase("team-a", "p1", "Running")  # the kubelet, before the agent's patch
+    assert agent.step().completed == ["team-a/p1"]
+    kube.drop_next_watch("watch_pods", after=1)  # the loop wakes after the kubelet's event
+    assert agent.follow("pods", 0) == 1
+    assert agent.step().actions == 0
+    assert drain(agent).actions == 0
+    assert [c.method for c in kube.calls if c.verb != "watch"] == [
+        "patch_pod",
+        "patch_node_metadata",
+    ]
+    assert phase(kube, "p1") == "success" and kube.lock(NODE) is None
+
+
+@pytest.mark.upstream("k8s-resource-version-comparable")
 @pytest.mark.parametrize(
     ("event_rv", "cached_rv", "older"),
     [
@@ -370,9 +393,26 @@ def test_run_relists_after_410_and_converges(kube, config):
     assert kube.count("list") >= 4
 
 
-def test_run_exits_on_forbidden_watch(kube, config):
+def test_run_exits_on_lasting_forbidden_watch(kube, config, monkeypatch):
+    monkeypatch.setattr(agent_module, "AUTH_GRACE_SECONDS", 0.0)  # the first refusal is final
     kube.fail_next("watch_pods", AuthError(403, 'cannot watch resource "pods"'))
     _, thread, result = start(kube, config)
     thread.join(10)
     kube.close_watches()
     assert result == [EXIT_AUTH]
+
+
+@pytest.mark.upstream("k8s-apiserver-403-until-rbac-synced")
+def test_run_retries_a_watch_refused_while_the_api_server_starts(kube, config):
+    config = dataclasses.replace(config, resync_seconds=0.05)
+    kube.fail_next("watch_pods", AuthError(403, "RBAC: clusterrole not found"), times=2)
+    stop, thread, result = start(kube, config)
+    try:
+        wait_for(lambda: kube.nodes[NODE]["metadata"]["labels"].get("gpu") == "on", kube)
+        wait_for(lambda: kube.count("watch") >= 4, kube)  # the refused two, then streams
+        with kube.mutex:
+            bind(kube, "p1")
+        wait_for(lambda: phase(kube, "p1") == "success" and kube.lock(NODE) is None, kube)
+    finally:
+        code = finish(kube, stop, thread, result)
+    assert code == EXIT_OK
