@@ -16,8 +16,13 @@ MTU_OPTION = "com.docker.network.driver.mtu"
 PROBE_TIMEOUT_SECONDS = 10
 
 
+class MtuProbeFailed(Exception):
+    """`docker network inspect bridge` failed or timed out: the daemon's MTU is unknown."""
+
+
 def docker_default_bridge_mtu() -> int:
-    """The MTU of Docker's default bridge, read the way kind reads it; 0 when unknown.
+    """The MTU of Docker's default bridge, read the way kind reads it; 0 when the bridge sets
+    none. Raises MtuProbeFailed when Docker did not answer.
 
     A new user-defined network does not inherit the daemon's MTU, so kind copies it from the
     default bridge; on hosts below 1500 (cloud VMs, VPNs) pulls stall otherwise. Read-only, so
@@ -38,12 +43,28 @@ def docker_default_bridge_mtu() -> int:
             timeout=PROBE_TIMEOUT_SECONDS,
             check=False,
         )
-    except (OSError, subprocess.TimeoutExpired):
-        return 0
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise MtuProbeFailed(str(error)) from error
+    if result.returncode != 0:
+        raise MtuProbeFailed(result.stderr.strip() or f"exit code {result.returncode}")
     lines = result.stdout.splitlines()
-    if result.returncode != 0 or len(lines) != 1 or not lines[0].strip().isdigit():
-        return 0
+    if len(lines) != 1 or not lines[0].strip().isdigit():
+        return 0  # "<no value>": the bridge has no MTU option, the daemon's default applies
     return int(lines[0])
+
+
+def creation_mtu() -> int:
+    """The MTU a network created now gets. A failed probe leaves it out, as kind does
+    (getDefaultNetworkMTU returns 0 on any error); the warning says so, since only a create
+    reads it (the options are ignore_changes)."""
+    try:
+        return docker_default_bridge_mtu()
+    except MtuProbeFailed as error:
+        pulumi.log.warn(
+            f"Could not read the MTU of Docker's default bridge ({error}). A lab network "
+            "created now gets Docker's default MTU; an existing one keeps its options."
+        )
+        return 0
 
 
 def bridge_options(mtu: int) -> dict[str, str]:
@@ -77,7 +98,7 @@ class LabNetwork(pulumi.ComponentResource):
         self, name: str, args: LabNetworkArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         super().__init__("kamaji-hami-lab:index:LabNetwork", name, None, opts)
-        mtu = docker_default_bridge_mtu()  # no config key: kind follows the daemon too
+        mtu = creation_mtu()  # no config key: kind follows the daemon too
         self.network = docker.Network(
             f"{name}-bridge",
             name=args.name,
@@ -95,6 +116,11 @@ class LabNetwork(pulumi.ComponentResource):
                 # a replacement first deletes what is attached (the kind node, the workers,
                 # through their inputs), then the network, then re-creates them all.
                 delete_before_replace=True,
+                # Docker replaces a network on any option change, and a replacement deletes
+                # everything on it. The options are fixed when it is created, as kind never
+                # touches an existing network: a later probe (slow, failed, or a daemon MTU
+                # that changed) never rebuilds the lab. A new MTU: `--replace` the network.
+                ignore_changes=["options"],
             ),
         )
         self.name = self.network.name

@@ -59,6 +59,7 @@ class Registration:
     # Options the engine plans a replacement with (M1): delete-before-replace, and which
     # resources each input came from (their dependents are deleted first).
     delete_before_replace: bool = False
+    ignore_changes: list[str] = field(default_factory=list)
     property_dependencies: dict[str, list[str]] = field(default_factory=dict)
     read_id: str = ""  # a read's ID as the engine got it (rpc.UNKNOWN while unknown)
 
@@ -160,6 +161,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                     secret_outputs=list(request.additionalSecretOutputs),
                     custom=request.custom,
                     delete_before_replace=request.deleteBeforeReplace,
+                    ignore_changes=list(request.ignoreChanges),
                     property_dependencies={
                         key: list(deps.urns) for key, deps in request.propertyDependencies.items()
                     },

@@ -42,7 +42,13 @@ from components.kamaji_chart import (
     kamaji_source,
 )
 from components.management import cluster_identity
-from components.network import MTU_OPTION, bridge_options, docker_default_bridge_mtu
+from components.network import (
+    MTU_OPTION,
+    MtuProbeFailed,
+    bridge_options,
+    creation_mtu,
+    docker_default_bridge_mtu,
+)
 from components.tenant import control_plane_identity
 from components.workers import CONTROL_PLANE_LABEL
 
@@ -473,9 +479,37 @@ def test_bridge_mtu_is_read_from_dockers_default_bridge_like_kind(
     assert log.read_text().count("network inspect bridge") == 1
 
 
-def test_bridge_mtu_is_zero_without_docker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def test_a_failed_mtu_probe_is_not_taken_for_no_mtu(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """m1/M1: Docker missing or failing is an error of the probe, not "the bridge sets none"."""
     monkeypatch.setenv("PATH", str(tmp_path))
-    assert docker_default_bridge_mtu() == 0
+    with pytest.raises(MtuProbeFailed, match=r"No such file|not found"):
+        docker_default_bridge_mtu()
+    _fake_tools(tmp_path, {"docker": 'echo "Cannot connect to the Docker daemon" >&2; exit 1'})
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
+    with pytest.raises(MtuProbeFailed, match=r"Cannot connect to the Docker daemon"):
+        docker_default_bridge_mtu()
+    assert creation_mtu() == 0  # a create goes on without the option, as kind's does
+
+
+@pytest.mark.upstream("kind-network-mtu-from-default-bridge", "docker-network-options-force-new")
+@pytest.mark.parametrize("probe", ["1380", "1500", "fails"])
+def test_a_second_up_never_changes_the_networks_options(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, probe: str
+):
+    """M1 (network MTU): Docker replaces a network on any option change and the replacement
+    deletes the kind cluster first. Whatever a later probe says (another MTU, a timeout, no
+    daemon), the engine keeps the created options: they are ignore_changes, and kind too
+    never touches an existing network."""
+    body = FAKE_DOCKER if probe != "fails" else "sleep 0; exit 1"
+    _fake_tools(tmp_path, {"docker": body})
+    for key, value in {**_tool_env(tmp_path), "BRIDGE_MTU": probe}.items():
+        monkeypatch.setenv(key, value)
+    for preview in (False, True):
+        network = run_program(LAB, preview=preview).named("lab-network-bridge")
+        assert network.ignore_changes == ["options"]
+        assert network.delete_before_replace is True
 
 
 @pytest.mark.upstream("kind-network-mtu-from-default-bridge")
