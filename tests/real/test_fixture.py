@@ -72,6 +72,21 @@ def test_rbac_decides_for_token_users(start_control_plane):
     assert plane.can_i("alice", "list", "pods", "-n", "team-a")  # kept across the restart
 
 
+@pytest.mark.upstream("k8s-aggregated-clusterroles-filled-by-kcm")
+def test_view_has_rules_only_where_the_controller_manager_runs(control_plane, start_control_plane):
+    api_only = start_control_plane("no-kcm", full=False)
+    assert api_only.get_json("clusterrole", "view").get("rules") in (None, [])
+    view = control_plane.wait_for_object(
+        "clusterrole", "view",
+        condition=lambda role: bool(role.get("rules")),
+        what="the aggregated view role filled in",
+    )  # fmt: skip
+    pod_rules = [r for r in view["rules"] if "pods" in r.get("resources", [])]
+    assert pod_rules and all(r["apiGroups"] == [""] for r in pod_rules)
+    assert {"get", "list", "watch"} <= {verb for r in pod_rules for verb in r["verbs"]}
+    api_only.stop()
+
+
 def test_stop_ends_exactly_its_own_processes(start_control_plane):
     plane = start_control_plane("stop", full=False)
     pids = {name: process.popen.pid for name, process in plane.processes.items()}
