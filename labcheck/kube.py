@@ -150,7 +150,7 @@ class KubeCluster:
                 _request_timeout=self._timeout,
             )
         except ApiException as exc:
-            raise ClusterError(_ws_status(exc), _message(exc.body, str(exc.reason))) from None
+            raise ClusterError(_ws_status(exc), _ws_message(exc)) from None
         return out if isinstance(out, str) else bytes(out).decode(errors="replace")
 
     def port_forward(self, namespace: str, name: str, port: int, payload: bytes) -> bytes:
@@ -166,7 +166,7 @@ class KubeCluster:
                 _request_timeout=self._timeout,
             )
         except ApiException as exc:
-            raise ClusterError(_ws_status(exc), _message(exc.body, str(exc.reason))) from None
+            raise ClusterError(_ws_status(exc), _ws_message(exc)) from None
         try:
             sock = pf.socket(port)
             sock.settimeout(self._timeout)
@@ -257,6 +257,20 @@ def _ws_status(exc: Any) -> int:
         return int(exc.status)
     m = _STATUS_IN_TEXT.search(str(exc.reason or ""))
     return int(m.group(1)) if m else 0
+
+
+# websocket-client's failed handshake: "Handshake status <code> <reason> -+-+- <headers dict>
+# -+-+- <body>"; the kubernetes stream client passes it on as the ApiException's reason.
+_WS_PARTS = " -+-+- "
+
+
+def _ws_message(exc: Any) -> str:
+    """The API server's own Status message of a failed websocket handshake, without the
+    response headers (audit id, date) websocket-client puts in front of it."""
+    reason = str(exc.reason or "")
+    head, _, rest = reason.partition(_WS_PARTS)
+    body = rest.rpartition(_WS_PARTS)[2]
+    return _message(None if body in ("", "None") else body, head)
 
 
 def _read_http(sock: socket.socket) -> bytes:

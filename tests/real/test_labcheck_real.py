@@ -47,6 +47,7 @@ from labcheck.waiting import SystemClock
 
 TENANTS = ("tenant-a", "tenant-b")
 ISOLATION = ["isolation.cross-tenant", "isolation.management"]
+KONNECTIVITY = ("konnectivity.logs", "konnectivity.exec", "konnectivity.port-forward")
 UNREACHABLE_CAUSE = "target API unreachable, so isolation could not be tested"
 SHARED_CREDENTIALS_CAUSE = "tenants share a CA or the same admin credentials"
 FOREIGN_QUOTA_CAUSE = (
@@ -597,3 +598,52 @@ def test_a_namespace_without_its_service_account_fails_with_that_cause(lab_progr
     # Deleted, though without a namespace controller it stays Terminating on that plane.
     left = no_controllers.get_json("namespace", namespace)
     assert left["metadata"]["deletionTimestamp"]
+
+
+@pytest.fixture(scope="module")
+def kwok_workers(lab_program, planes) -> None:
+    """Each tenant's configured workers as kwok nodes: Ready, running pods, but with no address
+    the API server could reach a kubelet at."""
+    for tenant in json.loads(lab_program.outputs["labcheckSpec"])["tenants"]:
+        plane = planes[tenant["name"]]
+        for node in tenant["nodes"]:
+            plane.create_fake_node(node)
+            plane.wait_for_object(
+                "node", node,
+                condition=lambda n: any(
+                    c["type"] == "Ready" and c["status"] == "True"
+                    for c in n.get("status", {}).get("conditions", [])
+                ),
+                what=f"kwok node {node} Ready",
+            )  # fmt: skip
+
+
+def test_a_kubelet_the_api_server_cannot_reach_fails_the_tunnel_checks(
+    lab_program, planes, kwok_workers
+):
+    """The tools pod runs (kwok), but the API server cannot reach its node's kubelet, as with a
+    broken Konnectivity tunnel: logs, exec and port-forward all FAIL with the API server's own
+    message (for exec and port-forward it comes in a failed websocket handshake, whose text
+    also carries the response headers: labcheck shows only the server's Status message). Then
+    the tools pod and the namespace are gone."""
+    audits = {t: AuditLog(planes[t]) for t in TENANTS}
+    results, run_id = run_labcheck(lab_spec(lab_program, planes), ["konnectivity.*"])
+
+    unreachable = "HTTP 500: no preferred addresses found; known addresses: []"
+    cause = (
+        "API server or an aggregated/proxied backend failed; or Konnectivity tunnel broken "
+        "(agent not connected or server sidecar down)"
+    )
+    tools = f"lc-{run_id}-tools"
+    for tenant in TENANTS:
+        assert [verdict(results[(check, tenant)]) for check in KONNECTIVITY] == [
+            ("fail", "pod logs via the API server", unreachable, cause),
+            ("fail", "exec into the pod", unreachable, cause),
+            ("fail", f"port-forward to {tools}:8080", unreachable, cause),
+        ]
+        assert audits[tenant].creations(run_id, admin_user(tenant)) == [
+            ("namespaces", f"/labcheck-{run_id}", 201),
+            ("pods", f"labcheck-{run_id}/{tools}", 201),
+        ]
+    assert results[("cleanup", "")].evidence == "deleted 4 object(s) by name"
+    assert_nothing_left(planes, run_id)
