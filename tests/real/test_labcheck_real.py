@@ -618,6 +618,7 @@ def kwok_workers(lab_program, planes) -> None:
             )  # fmt: skip
 
 
+@pytest.mark.upstream("websocket-handshake-error-text")
 def test_a_kubelet_the_api_server_cannot_reach_fails_the_tunnel_checks(
     lab_program, planes, kwok_workers
 ):
