@@ -29,11 +29,13 @@ PLUGIN_ERROR = re.compile(
     r"error: Could not automatically download and install resource plugin "
     r"'pulumi-resource-(docker|command|kubernetes)' at version v[\d.]+"
 )
-# The components each stack registers before its first provider resource.
-FIRST_COMPONENTS = {
-    "lab": ["HostPreflight preflight", "LabNetwork lab-network", "Tenant tenant-a"],
-    "nvml": ["ExistingManagementCluster management", "Tenant tenant-nvml"],
-    "gpu": ["ExistingManagementCluster management", "Tenant team-a", "Tenant team-b"],
+# The first component each stack's program registers, before any provider is needed: its
+# presence in the plan shows the program ran (how far it gets depends on which provider the
+# program needs first, which is no concern of this test).
+FIRST_COMPONENT = {
+    "lab": "HostPreflight preflight",
+    "nvml": "ExistingManagementCluster management",
+    "gpu": "ExistingManagementCluster management",
 }
 
 
@@ -139,8 +141,7 @@ def test_pulumi_preview_runs_the_program_up_to_the_first_plugin_download(stack, 
     output = result.stdout + result.stderr
     assert "validating stack config" not in output, output
     assert "must be encrypted as it's secret" not in output
-    for component in FIRST_COMPONENTS[stack]:
-        assert f"kamaji-hami-lab:index:{component} create" in output, output
+    assert f"kamaji-hami-lab:index:{FIRST_COMPONENT[stack]} create" in output, output
     errors = error_lines(output)
     assert errors, output
     assert all(PLUGIN_ERROR.match(line) for line in errors), "\n".join(errors)
