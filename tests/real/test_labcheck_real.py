@@ -261,21 +261,23 @@ def test_cross_tenant_reads_are_refused_by_authentication(lab_program, planes):
     assert audits["management"].answers(PROBE_PATHS) == {p: twice for p in PROBE_PATHS}
 
 
-def share_token(source: ControlPlane, target: ControlPlane, user: str) -> None:
-    """Make `source`'s token for `user` valid on `target` too, with no groups."""
-    target.tokens[user] = (source.token(user), ())
-    target.restart_apiserver()
+BORROWED = ("default", "lc-borrowed")  # a ServiceAccount of tenant-b whose token tenant-a holds
+BORROWED_USER = "system:serviceaccount:default:lc-borrowed"
 
 
-def forget_token(target: ControlPlane, user: str) -> None:
-    del target.tokens[user]
-    target.restart_apiserver()
+def tenant_a_holding_a_tenant_b_token(planes: dict[str, ControlPlane]) -> dict:
+    """tenant-a's admin kubeconfig whose credentials are a token tenant-b issued."""
+    b = planes["tenant-b"]
+    b.kubectl("create", "serviceaccount", BORROWED[1], "-n", BORROWED[0])
+    doc = admin_conf(planes["tenant-a"], admin_user("tenant-a"))
+    doc["users"][0]["user"]["token"] = b.service_account_token(*BORROWED)
+    return doc
 
 
 def wait_can_i(plane: ControlPlane, user: str, verb: str, resource: str, want: str) -> None:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        answer = plane.kubectl("auth", "can-i", verb, resource, "-A", user=user, check=False)
+        answer = plane.kubectl("auth", "can-i", verb, resource, "-A", f"--as={user}", check=False)
         if answer.stdout.strip() == want:
             return
         time.sleep(0.3)
@@ -283,17 +285,19 @@ def wait_can_i(plane: ControlPlane, user: str, verb: str, resource: str, want: s
 
 
 @pytest.mark.upstream("kube-rbac-view-reads")
-def test_a_shared_token_is_refused_by_rbac_until_a_binding_lets_it_read(lab_program, planes):
-    """Break isolation on purpose. tenant-a's token made valid on tenant-b's server: the reads
-    are now refused by RBAC (403 for user tenant-a-admin), not by authentication; labcheck
-    still passes (no read succeeds) but says that the target authenticated the credentials.
-    A ClusterRoleBinding to `view` lets that identity read: labcheck FAILS and names exactly
-    the reads `view` allows (namespaces, pods, deployments; not nodes, not secrets). Bound to
-    cluster-admin (one admin credential for two tenants) it FAILS naming every read."""
-    a, b, user = planes["tenant-a"], planes["tenant-b"], admin_user("tenant-a")
-    spec = lab_spec(lab_program, planes)
-    share_token(a, b, user)
+def test_a_token_the_target_issued_is_refused_by_rbac_until_a_binding_lets_it_read(
+    lab_program, planes
+):
+    """Break isolation on purpose: tenant-a's kubeconfig holds a token tenant-b's server issued
+    (a ServiceAccount's). The reads are then refused by RBAC (403 for that identity), not by
+    authentication; labcheck still passes (no read succeeds) but says that the target
+    authenticated the credentials. A ClusterRoleBinding to `view` lets that identity read:
+    labcheck FAILS and names exactly the reads `view` allows (namespaces, pods, deployments;
+    not nodes, not secrets). Bound to cluster-admin (one admin credential valid in two tenants)
+    it FAILS naming every read."""
+    b = planes["tenant-b"]
     try:
+        spec = lab_spec(lab_program, planes, tenant_a=tenant_a_holding_a_tenant_b_token(planes))
         audit = AuditLog(b)
         results, _ = run_labcheck(spec, ["isolation.cross-tenant"])
         cross = results[("isolation.cross-tenant", "")]
@@ -304,10 +308,11 @@ def test_a_shared_token_is_refused_by_rbac_until_a_binding_lets_it_read(lab_prog
                 f"tenant-b-creds@tenant-a: {UNKNOWN_THERE}",
             ),
         )
-        assert audit.answers(PROBE_PATHS) == {p: [(user, 403)] for p in PROBE_PATHS}
+        assert audit.answers(PROBE_PATHS) == {p: [(BORROWED_USER, 403)] for p in PROBE_PATHS}
 
-        b.kubectl("create", "clusterrolebinding", "lc-view", "--clusterrole=view", f"--user={user}")
-        wait_can_i(b, user, "list", "deployments", "yes")
+        b.kubectl("create", "clusterrolebinding", "lc-view", "--clusterrole=view",
+                  f"--serviceaccount={':'.join(BORROWED)}")  # fmt: skip
+        wait_can_i(b, BORROWED_USER, "list", "deployments", "yes")
         results, _ = run_labcheck(spec, ["isolation.cross-tenant"])
         assert verdict(results[("isolation.cross-tenant", "")]) == (
             "fail",
@@ -318,8 +323,8 @@ def test_a_shared_token_is_refused_by_rbac_until_a_binding_lets_it_read(lab_prog
         )
 
         b.kubectl("create", "clusterrolebinding", "lc-admin", "--clusterrole=cluster-admin",
-                  f"--user={user}")  # fmt: skip
-        wait_can_i(b, user, "list", "secrets", "yes")
+                  f"--serviceaccount={':'.join(BORROWED)}")  # fmt: skip
+        wait_can_i(b, BORROWED_USER, "list", "secrets", "yes")
         results, _ = run_labcheck(spec, ["isolation.cross-tenant"])
         assert verdict(results[("isolation.cross-tenant", "")]) == (
             "fail",
@@ -329,7 +334,7 @@ def test_a_shared_token_is_refused_by_rbac_until_a_binding_lets_it_read(lab_prog
         )
     finally:
         b.kubectl("delete", "clusterrolebinding", "lc-view", "lc-admin", "--ignore-not-found")
-        forget_token(b, user)
+        b.kubectl("delete", "serviceaccount", BORROWED[1], "-n", BORROWED[0], "--ignore-not-found")
 
 
 def nothing_listening(planes: dict[str, ControlPlane]) -> dict:
