@@ -34,7 +34,7 @@ from components.gpu_models import (
     mock_plugin_max_memory_mb,
     model_table,
 )
-from components.kamaji_chart import kamaji_source
+from components.kamaji_sources import kamaji_source
 
 PROJECT = "kamaji-hami-lab"
 
@@ -187,7 +187,7 @@ class LabConfig(_Model):
     management_node_image: str = KIND_NODE_IMAGE
     cert_manager_version: str = "v1.18.3"
     metallb_version: str = "0.15.3"
-    # Kamaji's charts come from this tag's commit (components/kamaji_chart.py).
+    # Kamaji's charts come from this tag's commit (components/kamaji_sources.py).
     kamaji_image_tag: str = "26.8.2-edge"
     kamaji_etcd_replicas: int = Field(default=1, ge=1, le=5)
     kamaji_etcd_volume_size: str = "2Gi"

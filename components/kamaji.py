@@ -1,6 +1,7 @@
 """cert-manager, then Kamaji's CRDs and Kamaji with its bundled single-member etcd.
 
-Kamaji's charts come from the git tag of the image that runs (components/kamaji_chart.py).
+Kamaji's charts come from the git tag of the image that runs (components/kamaji_chart.py),
+fetched by the program into a per-user cache.
 The CRDs are their own release of the tag's `kamaji-crds` chart: Helm installs a chart's
 `crds/` once and never upgrades them, so with the CRDs inside the Kamaji release a later
 `kamajiImageTag` would run a new controller on old CRDs.
@@ -10,15 +11,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pulumi
-import pulumi_command as command
 import pulumi_kubernetes as k8s
 
 from components.helm import local_chart_release, pinned_release
-from components.kamaji_chart import chart_fetch_script, fetch_environment, kamaji_source
+from components.kamaji_chart import ensure_chart_cache
+from components.kamaji_sources import kamaji_source
 
 # Kamaji's CRD CA injection is hard-wired to kamaji-system/kamaji-serving-cert.
 KAMAJI_NAMESPACE = "kamaji-system"
@@ -90,16 +90,6 @@ def kamaji_values(image_tag: str, etcd_replicas: int, etcd_volume_size: str) -> 
     }
 
 
-def cached_charts_dir(path: str) -> str:
-    """The fetch step's output, checked: it is only re-fetched when that step is re-created."""
-    if path and not Path(path).is_dir():
-        raise RuntimeError(
-            f"Kamaji's chart cache {path} is gone. Fetch it again with "
-            "`pulumi up --replace` on the kamaji-charts resource (see `pulumi stack --show-urns`)."
-        )
-    return path
-
-
 class Kamaji(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: KamajiArgs, opts: pulumi.ResourceOptions | None = None
@@ -116,20 +106,13 @@ class Kamaji(pulumi.ComponentResource):
             values=cert_manager_values(),
             opts=child,
         )
-        # On the host, at deploy time; never in preview, where the chart paths stay unknown
-        # and Helm's check of the chart waits for them. No delete: the cache is keyed by
-        # commit, never changes, and may serve another stack of the same Kamaji release.
-        self.charts = command.local.Command(
-            f"{name}-charts",
-            create=chart_fetch_script(),
-            environment=fetch_environment(source),
-            triggers=[source.tag, source.commit],
-            opts=pulumi.ResourceOptions(parent=self),
-        )
-        charts_dir = self.charts.stdout.apply(cached_charts_dir)
+        # At program time, in preview too, on whichever machine runs the program: the
+        # releases' Check loads the charts whenever their path is known. Fetched once per
+        # machine; never deleted, as another stack of the same Kamaji release may use it.
+        charts_dir = str(ensure_chart_cache(source))
         self.crds = local_chart_release(
             f"{name}-crds",
-            chart_dir=pulumi.Output.concat(charts_dir, "/kamaji-crds"),
+            chart_dir=f"{charts_dir}/kamaji-crds",
             release_name="kamaji-crds",
             namespace=KAMAJI_NAMESPACE,
             values=crds_values(),
@@ -139,7 +122,7 @@ class Kamaji(pulumi.ComponentResource):
         )
         self.release = local_chart_release(
             f"{name}-chart",
-            chart_dir=pulumi.Output.concat(charts_dir, "/kamaji"),
+            chart_dir=f"{charts_dir}/kamaji",
             release_name=KAMAJI_RELEASE,
             namespace=KAMAJI_NAMESPACE,
             values=kamaji_values(args.image_tag, args.etcd_replicas, args.etcd_volume_size),

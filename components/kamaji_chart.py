@@ -2,58 +2,44 @@
 
 The published chart is `0.0.0+latest`, republished on every master push, so its templates,
 RBAC, CRDs and etcd subchart are whatever master was on deploy day. The charts at the tag
-of `kamajiImageTag` are the ones that image was released with. They are fetched on the
-user's host when the stack is deployed (nothing is vendored) and checked against the
-commit pinned here; `helm dependency build` then fetches the etcd subchart at the version
-the tag's `Chart.lock` names, not the newest that `>=0.15.0` would allow.
+of `kamajiImageTag` are the ones that image was released with. The program fetches them,
+once per machine, into a cache keyed by commit (nothing is vendored), checked against the
+commit pinned in components/kamaji_sources.py; `helm dependency build` then fetches the
+etcd subchart at the version the tag's `Chart.lock` names, not the newest that `>=0.15.0`
+would allow.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import fcntl
+import os
+import shutil
+import subprocess
+from pathlib import Path
 
+from components.kamaji_sources import KamajiSource
 from components.scripts import STRICT
 
 KAMAJI_GIT_URL = "https://github.com/clastix/kamaji.git"
-# The cache is keyed by commit, so a tag that moves cannot change what a stack installs.
-CACHE_DIR = '"${XDG_CACHE_HOME:-$HOME/.cache}/kamaji-hami-lab/kamaji"'
+COMPLETE_MARK = ".complete"  # written last: a directory without it is a fetch that died
+FETCH_TOOLS = ("git", "helm")
+FETCH_TIMEOUT_SECONDS = 900
 
 
-@dataclass(frozen=True)
-class KamajiSource:
-    tag: str
-    commit: str  # what the tag pointed to when it was checked
-    # git tree ids of charts/kamaji and charts/kamaji-crds at `commit`: content digests
-    chart_tree: str
-    crds_chart_tree: str
-    etcd_chart_version: str  # kamaji-etcd in charts/kamaji/Chart.lock
+class ChartFetchFailed(RuntimeError):
+    """The pinned charts could not be put into the cache; the message says why."""
 
 
-# Checked in clastix/kamaji: `git rev-parse <tag>^{commit} <tag>:charts/kamaji ...`.
-KAMAJI_SOURCES: dict[str, KamajiSource] = {
-    "26.8.2-edge": KamajiSource(
-        tag="26.8.2-edge",
-        commit="ddbabd87ed0e8d7c319414383e153c46f21733a9",
-        chart_tree="844f16ac9d4eaf0532b47f263f3ce2556d5633e5",
-        crds_chart_tree="492465f5b4df1d06c3db5b3d444ecd11a32456a9",
-        etcd_chart_version="0.15.0",
-    ),
-}
+def default_cache_root() -> Path:
+    """Shared by every checkout and stack of this user: keyed by commit, so a tag that moves
+    cannot change what a stack installs."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "kamaji-hami-lab" / "kamaji"
 
 
-def kamaji_source(image_tag: str) -> KamajiSource:
-    try:
-        return KAMAJI_SOURCES[image_tag]
-    except KeyError:
-        known = ", ".join(sorted(KAMAJI_SOURCES))
-        raise ValueError(
-            f"no pinned chart source for Kamaji {image_tag!r} (known: {known}); add the tag's "
-            "commit to KAMAJI_SOURCES in components/kamaji_chart.py"
-        ) from None
-
-
-def fetch_environment(source: KamajiSource) -> dict[str, str]:
+def fetch_environment(source: KamajiSource, cache_root: Path) -> dict[str, str]:
     return {
+        "KAMAJI_CHART_CACHE": str(cache_root),
         "KAMAJI_GIT_URL": KAMAJI_GIT_URL,
         "KAMAJI_TAG": source.tag,
         "KAMAJI_COMMIT": source.commit,
@@ -69,8 +55,8 @@ def chart_fetch_script() -> str:
     """
     return (
         STRICT
-        + f"cache={CACHE_DIR}\n"
         + """\
+cache="$KAMAJI_CHART_CACHE"
 dest="$cache/$KAMAJI_COMMIT"
 if [ ! -f "$dest/.complete" ]; then
   mkdir -p "$cache"
@@ -81,7 +67,7 @@ if [ ! -f "$dest/.complete" ]; then
   commit=$(git -C "$work/src" rev-parse HEAD)
   if [ "$commit" != "$KAMAJI_COMMIT" ]; then
     echo "Kamaji tag $KAMAJI_TAG is now commit $commit, not the pinned $KAMAJI_COMMIT." >&2
-    echo "Review the new tag, then pin it in components/kamaji_chart.py." >&2
+    echo "Review the new tag, then pin it in components/kamaji_sources.py." >&2
     exit 1
   fi
   export HELM_REPOSITORY_CONFIG="$work/repositories.yaml"
@@ -100,3 +86,44 @@ fi
 printf '%s\\n' "$dest"
 """
     )
+
+
+def ensure_chart_cache(source: KamajiSource, cache_root: Path | None = None) -> Path:
+    """The directory with the pinned commit's charts/kamaji and charts/kamaji-crds, fetched
+    now when this machine does not have it yet.
+
+    Runs at program time, in preview too: a Helm Release loads a local chart in its Check
+    whenever the path is known, so the charts must exist on whichever machine previews or
+    deploys (another checkout, CI), not only on the one that first deployed. Idempotent;
+    a lock keeps concurrent runs of the program from fetching twice.
+    """
+    root = cache_root or default_cache_root()
+    dest = root / source.commit
+    if (dest / COMPLETE_MARK).is_file():
+        return dest
+    missing = [tool for tool in FETCH_TOOLS if shutil.which(tool) is None]
+    if missing:
+        raise ChartFetchFailed(
+            f"Kamaji's charts ({source.tag}) are not in {root} yet, and fetching them needs "
+            f"{' and '.join(missing)} on PATH (install: see README, Host requirements)."
+        )
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        try:
+            result = subprocess.run(
+                ["bash", "-c", chart_fetch_script()],
+                env={**os.environ, **fetch_environment(source, root)},
+                capture_output=True,
+                text=True,
+                timeout=FETCH_TIMEOUT_SECONDS,
+                check=False,
+            )
+        except subprocess.TimeoutExpired as error:
+            raise ChartFetchFailed(f"fetching Kamaji's charts ({source.tag}) timed out") from error
+    if result.returncode != 0 or result.stdout != f"{dest}\n":
+        raise ChartFetchFailed(
+            f"fetching Kamaji's charts ({source.tag}, {source.commit}) failed:\n"
+            + result.stderr.strip()
+        )
+    return dest

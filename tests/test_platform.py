@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import subprocess
 import textwrap
 from pathlib import Path
@@ -28,7 +29,6 @@ from components.config import ConfigError, parse_config
 from components.kamaji import (
     KAMAJI_NAMESPACE,
     KAMAJI_RESOURCES,
-    cached_charts_dir,
     crds_values,
     etcd_quota_bytes,
     kamaji_values,
@@ -36,11 +36,13 @@ from components.kamaji import (
 )
 from components.kamaji_chart import (
     KAMAJI_GIT_URL,
-    KAMAJI_SOURCES,
+    ChartFetchFailed,
     chart_fetch_script,
+    default_cache_root,
+    ensure_chart_cache,
     fetch_environment,
-    kamaji_source,
 )
+from components.kamaji_sources import KAMAJI_SOURCES, kamaji_source
 from components.management import cluster_identity
 from components.network import (
     MTU_OPTION,
@@ -202,7 +204,6 @@ def test_a_constant_identifier_would_leave_the_releases_on_the_deleted_cluster(l
 INDEPENDENT_OF_THE_KIND_CLUSTER = {
     "preflight-checks",  # checks the host
     "lab-network-bridge",  # the Docker network the kind node is attached to
-    "kamaji-charts",  # fetches Kamaji's charts into the host's cache
     "tenant-a-workers-image",  # image pulls on the host
     "tenant-b-workers-image",
 }
@@ -558,10 +559,14 @@ fi
 """
 
 
+def _cache_root(tmp_path: Path) -> Path:
+    return tmp_path / "cache" / "kamaji-hami-lab" / "kamaji"
+
+
 def _run_fetch(tmp_path: Path, tag_commit: str) -> subprocess.CompletedProcess[str]:
     env = {
         **_tool_env(tmp_path),
-        **fetch_environment(SOURCE),
+        **fetch_environment(SOURCE, _cache_root(tmp_path)),
         "LOCK": LOCK,
         "TAG_COMMIT": tag_commit,
     }
@@ -614,28 +619,138 @@ def test_kamaji_tag_without_a_pinned_source_is_a_config_error():
     assert kamaji_source("26.8.2-edge").commit == "ddbabd87ed0e8d7c319414383e153c46f21733a9"
 
 
-def test_a_removed_chart_cache_names_the_fix(tmp_path: Path):
-    assert cached_charts_dir(str(tmp_path)) == str(tmp_path)
-    assert cached_charts_dir("") == ""  # unknown yet (mocks, or a create in preview)
-    with pytest.raises(RuntimeError, match=r"chart cache .*gone.*pulumi up --replace"):
-        cached_charts_dir(str(tmp_path / "gone"))
+def _fetch_tools(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tag_commit: str) -> Path:
+    """Fake git and helm on PATH for ensure_chart_cache, which runs the fetch script itself."""
+    log = _fake_tools(tmp_path, {"git": FAKE_GIT, "helm": FAKE_HELM})
+    env = {**_tool_env(tmp_path), "LOCK": LOCK, "TAG_COMMIT": tag_commit}
+    env["PATH"] = f"{tmp_path / 'bin'}:/usr/bin:/bin"
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    return log
+
+
+def _calls(log: Path) -> list[str]:
+    return log.read_text().splitlines() if log.exists() else []
+
+
+@pytest.mark.upstream("pulumi-k8s-release-check-skips-unknown-chart")
+def test_the_program_fetches_missing_charts_on_any_machine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """M3 (review 3): a machine that never deployed (CI's preview, another checkout) has no
+    cache, and the releases' Check loads the chart path: the program fetches the pinned
+    charts itself, once, and a second run reuses them without git or helm."""
+    log = _fetch_tools(tmp_path, monkeypatch, SOURCE.commit)
+    root = _cache_root(tmp_path)
+    dest = ensure_chart_cache(SOURCE, root)
+    assert dest == root / SOURCE.commit
+    assert (dest / "kamaji" / "charts" / "kamaji-etcd-0.15.0.tgz").is_file()
+    assert (dest / "kamaji-crds" / "templates").is_dir()
+    assert [call.split()[:2] for call in _calls(log)] == [
+        ["git", "clone"], ["git", "-C"], ["helm", "repo"], ["helm", "dependency"],
+    ]  # fmt: skip
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no git, no helm: not needed now
+    assert ensure_chart_cache(SOURCE, root) == dest
+    assert len(_calls(log)) == 4
+
+
+def test_cached_charts_are_used_without_git_or_helm(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """M3: a complete cache entry is the answer, whatever is on PATH."""
+    dest = tmp_path / SOURCE.commit
+    (dest / "kamaji").mkdir(parents=True)
+    (dest / ".complete").touch()
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert ensure_chart_cache(SOURCE, tmp_path) == dest
+
+
+def test_a_tag_that_moved_stops_the_program_and_caches_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """M3: the commit pin is checked on every fetch, wherever it runs."""
+    log = _fetch_tools(tmp_path, monkeypatch, "f" * 40)
+    root = _cache_root(tmp_path)
+    with pytest.raises(
+        ChartFetchFailed, match=rf"is now commit f{{40}}, not the pinned {SOURCE.commit}"
+    ):
+        ensure_chart_cache(SOURCE, root)
+    assert not (root / SOURCE.commit).exists()
+    assert not any("helm" in call for call in _calls(log))
+
+
+def test_an_interrupted_fetch_is_fetched_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """M3: a directory without the completion mark is a fetch that died half-way."""
+    log = _fetch_tools(tmp_path, monkeypatch, SOURCE.commit)
+    root = _cache_root(tmp_path)
+    (root / SOURCE.commit / "kamaji").mkdir(parents=True)
+    assert ensure_chart_cache(SOURCE, root) == root / SOURCE.commit
+    assert (root / SOURCE.commit / ".complete").is_file()
+    assert _calls(log)[0].startswith("git clone ")
+
+
+def test_missing_git_or_helm_is_named_before_fetching(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    _fake_tools(tmp_path, {"git": FAKE_GIT})
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    with pytest.raises(
+        ChartFetchFailed, match=r"are not in .* yet, and fetching them needs helm on PATH"
+    ):
+        ensure_chart_cache(SOURCE, tmp_path / "cache")
+    assert not (tmp_path / "calls.log").exists()
+
+
+def test_concurrent_runs_fetch_the_charts_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """M3: two programs at once (a preview next to an up) share the cache: the lock makes the
+    second wait and find the first one's charts."""
+    import threading
+
+    log = _fetch_tools(tmp_path, monkeypatch, SOURCE.commit)
+    slow_git = tmp_path / "bin" / "git"
+    slow_git.write_text(slow_git.read_text().replace("set -eu\n", "set -eu\nsleep 0.3\n", 1))
+    root = _cache_root(tmp_path)
+    results: list[Path] = []
+
+    def one_program() -> None:
+        results.append(ensure_chart_cache(SOURCE, root))
+
+    runs = [threading.Thread(target=one_program) for _ in range(2)]
+    for run in runs:
+        run.start()
+    for run in runs:
+        run.join()
+    assert results == [root / SOURCE.commit] * 2
+    assert sum(call.startswith("git clone ") for call in _calls(log)) == 1
+
+
+def test_the_default_cache_follows_xdg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert default_cache_root() == tmp_path / "kamaji-hami-lab" / "kamaji"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert default_cache_root() == tmp_path / "home" / ".cache" / "kamaji-hami-lab" / "kamaji"
 
 
 @pytest.mark.upstream(
     "helm-crds-dir-installed-once", "pulumi-k8s-release-check-skips-unknown-chart"
 )
-def test_kamaji_crds_are_their_own_release_from_the_fetched_charts(lab: ProgramRun):
+def test_kamaji_crds_are_their_own_release_from_the_fetched_charts(
+    lab: ProgramRun, kamaji_charts_already_cached: Path
+):
     """M3: the CRDs come from the tag's kamaji-crds chart, a release Helm upgrades with the
-    tag; the Kamaji release skips its crds/. Both charts are the fetch step's output, unknown
-    in a first preview, when the provider's Check does not load a chart."""
-    fetch = lab.named("kamaji-charts")
+    tag; the Kamaji release skips its crds/. Both charts are in the machine's cache, a path
+    known in every preview (the provider's Check loads it), not the output of a resource."""
+    cached = kamaji_charts_already_cached / SOURCE.commit
     crds = lab.named("kamaji-crds")
     kamaji = lab.named("kamaji-chart")
-    assert fetch.type == COMMAND and fetch.inputs["triggers"] == [SOURCE.tag, SOURCE.commit]
-    assert fetch.inputs["environment"] == fetch_environment(SOURCE)
-    for release, chart in ((crds, "/kamaji-crds"), (kamaji, "/kamaji")):
-        assert release.property_dependencies["chart"] == [fetch.urn]
-        assert release.inputs["chart"].endswith(chart)
+    assert not [r for r in lab.of_type(COMMAND) if r.name.startswith("kamaji")]
+    for release, chart in ((crds, "kamaji-crds"), (kamaji, "kamaji")):
+        assert release.inputs["chart"] == str(cached / chart)
+        assert (
+            "chart" not in release.property_dependencies
+            or not release.property_dependencies["chart"]
+        )
         assert "repositoryOpts" not in release.inputs and "version" not in release.inputs
         assert release.inputs["namespace"] == KAMAJI_NAMESPACE
     assert kamaji.inputs["skipCrds"] is True and "skipCrds" not in crds.inputs
@@ -684,3 +799,16 @@ def test_kamaji_chart_source_is_a_stack_output(lab: ProgramRun):
         "crdsChartTree": "492465f5b4df1d06c3db5b3d444ecd11a32456a9",
         "etcdChartVersion": "0.15.0",
     }
+
+
+def test_the_pr_preview_has_git_and_a_pinned_helm_before_the_program_runs():
+    """M3 (review 3): CI's preview runs the program, which fetches the charts with git and helm."""
+    import yaml
+
+    workflow = Path(__file__).resolve().parent.parent / ".github/workflows/pull-request.yml"
+    steps = yaml.safe_load(workflow.read_text())["jobs"]["preview"]["steps"]
+    uses = [step.get("uses", "") for step in steps]
+    helm = next(i for i, name in enumerate(uses) if name.startswith("azure/setup-helm@"))
+    assert re.fullmatch(r"v3\.\d+\.\d+", steps[helm]["with"]["version"])
+    assert uses.index("actions/checkout@v4") < helm  # git: the checkout ran on it
+    assert helm < next(i for i, name in enumerate(uses) if name.startswith("pulumi/actions@"))
