@@ -96,21 +96,57 @@ fi
 """
 
 
+# The CRI plugin's runc options table, by the config file's `version`: containerd 1.x writes
+# version 2, containerd 2.x version 3 (and migrates a version 2 file when it loads it).
+RUNC_OPTIONS_TABLES = {
+    2: 'plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options',
+    3: "plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options",
+}
+# The top-level `version` of a containerd config (TOML top-level keys come before any table).
+CONFIG_VERSION_AWK = r"""/^[ \t]*\[/ { exit }
+$1 ~ /^[ \t]*version[ \t]*$/ { gsub(/[ \t]/, "", $2); print $2; exit }"""
+# Adds `SystemdCgroup = true` as the first key of the runc options table `table`, indented
+# as its header; headers compare without quotes and blanks, as TOML reads them.
+ADD_SYSTEMD_CGROUP_AWK = r"""function bare(text) { gsub("[\"" q " \t]", "", text); return text }
+{ print }
+!added && bare($0) == "[" bare(table) "]" {
+  match($0, /^[ \t]*/); print substr($0, 1, RLENGTH) "  SystemdCgroup = true"; added = 1
+}"""
+
+
 def _containerd_config_reconcile(node: str) -> str:
     """Makes containerd serve CRI with the systemd cgroup driver the kubelet is set up with.
 
     An existing config is merged, not skipped: Docker's containerd.io package ships one with
     `disabled_plugins = ["cri"]` and no CRI section (then containerd's defaults are the base,
     the old file kept as .bak), and older defaults say `SystemdCgroup = false`. containerd
-    restarts only when the file changed.
+    2.0.0-2.0.6 and 2.1.0-2.1.4 leave the key out of their defaults altogether: it is added
+    to the runc options table of the file's config version, with awk (POSIX, on every
+    Debian/Ubuntu image; python3 is not on minimal ones). containerd restarts only when the
+    file changed.
     """
     config = CONTAINERD_CONFIG
+    tables = "\n".join(
+        f"    {version}) runc_options={shlex.quote(table)} ;;"
+        for version, table in RUNC_OPTIONS_TABLES.items()
+    )
     return f"""\
 $SUDO mkdir -p /etc/containerd
 before=$($SUDO cat {config} 2>/dev/null | cksum)
 if ! $SUDO grep -q 'SystemdCgroup' {config} 2>/dev/null; then
   if $SUDO test -f {config}; then $SUDO cp {config} {config}.bak; fi
   containerd config default | $SUDO tee {config} >/dev/null
+fi
+if ! $SUDO grep -q 'SystemdCgroup' {config}; then
+  case "$($SUDO awk -F= {shlex.quote(CONFIG_VERSION_AWK)} {config})" in
+{tables}
+    *) runc_options="" ;;
+  esac
+  if [ -n "$runc_options" ]; then
+    $SUDO awk -v q="'" -v table="$runc_options" {shlex.quote(ADD_SYSTEMD_CGROUP_AWK)} \\
+      {config} | $SUDO tee {config}.new >/dev/null
+    $SUDO mv {config}.new {config}
+  fi
 fi
 drop_cri="s/[\\"'][^\\"']*cri[^\\"']*[\\"'] *,\\{{0,1\\}} *//g; s/, *]/]/"
 $SUDO sed -i -e "/^ *disabled_plugins *=/{{$drop_cri}}" \\

@@ -8,6 +8,7 @@ mode of the admin kubeconfig, the temp files gone, containerd's config after the
 from __future__ import annotations
 
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -450,6 +451,53 @@ def test_prepare_checks_containerd_against_the_tenant_version(host, containerd, 
         assert f"{too_old} which needs containerd 2.x" in result.stderr
         assert "install containerd 2.x" in result.stderr
         assert not (host.state.host_root / "etc/containerd/config.toml").exists()
+
+
+RUNC_OPTIONS = {
+    2: ("plugins", "io.containerd.grpc.v1.cri", "containerd", "runtimes", "runc", "options"),
+    3: ("plugins", "io.containerd.cri.v1.runtime", "containerd", "runtimes", "runc", "options"),
+}
+
+
+def runc_options(config: dict) -> dict:
+    """The CRI runc options containerd reads, at the table of the file's config version."""
+    table = config
+    for key in RUNC_OPTIONS[config["version"]]:
+        table = table[key]
+    return table
+
+
+@pytest.mark.upstream("containerd-default-config-systemd-cgroup")
+@pytest.mark.parametrize(
+    ("containerd", "kubernetes", "version"),
+    [
+        ("1.7.27", "v1.35.0", 2),
+        ("2.0.0", "v1.36.0", 3),  # the key left out of the defaults
+        ("2.1.4", "v1.36.0", 3),  # the key left out of the defaults
+        ("2.0.7", "v1.36.0", 3),  # the backport of containerd#12244
+        ("2.1.5", "v1.36.0", 3),
+        ("2.2.1", "v1.36.0", 3),
+    ],
+)
+def test_prepare_sets_the_systemd_cgroup_driver_in_containerds_defaults(
+    host: FakeHost, containerd: str, kubernetes: str, version: int
+):
+    """T5: containerd 2.0.0-2.0.6 and 2.1.0-2.1.4 print no `SystemdCgroup` in their default
+    config (containerd#12101): the key is added to the runc options of the file's version,
+    the file stays TOML that containerd loads, and a second prepare changes nothing."""
+    host.set_remote(containerd_version=containerd, kubeadm_version=kubernetes)
+    result = host.run_remote(prepare_script("gpu-host-1", kubernetes, "nvml-mock"))
+    assert result.returncode == 0, result.stderr
+    text = remote_config(host)
+    config = tomllib.loads(text)
+    assert config["version"] == version
+    options = runc_options(config)
+    assert options["SystemdCgroup"] is True
+    assert options["BinaryName"] == ""  # containerd's other defaults stay
+    assert text.count("SystemdCgroup") == 1
+    assert containerd_restarts(host) == 1
+    assert host.run_remote(prepare_script("gpu-host-1", kubernetes, "nvml-mock")).returncode == 0
+    assert (remote_config(host), containerd_restarts(host)) == (text, 1)
 
 
 def test_prepare_of_a_real_gpu_host_needs_the_driver(host: FakeHost):

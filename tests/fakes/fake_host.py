@@ -54,13 +54,42 @@ JOIN_COMMAND = (
 )
 CONTAINERD_SOCKET = "unix:///run/containerd/containerd.sock"
 SYSTEMD_LOG = "[  OK  ] Reached target multi-user.target - Multi-User System.\n"
-# What `containerd config default` prints, reduced to the keys the lab reconciles.
-CONTAINERD_DEFAULTS = {
-    1: 'version = 2\ndisabled_plugins = []\n\n[plugins."io.containerd.grpc.v1.cri".containerd'
-    ".runtimes.runc.options]\n  SystemdCgroup = false\n",
-    2: "version = 3\ndisabled_plugins = []\n\n[plugins.'io.containerd.cri.v1.runtime'.containerd"
-    ".runtimes.runc.options]\n  SystemdCgroup = false\n",
-}
+# What `containerd config default` prints around the runc options, as each release lays it out:
+# 1.x writes config version 2; 2.x version 3, whose runc options lack `SystemdCgroup` until
+# 2.0.7 / 2.1.5 / 2.2.0 (containerd#12101, fixed by #12244).
+RUNC_OPTIONS_DEFAULTS = (
+    "BinaryName = ''\n", "CriuImagePath = ''\n", "CriuWorkPath = ''\n", "IoGid = 0\n",
+    "IoUid = 0\n", "NoNewKeyring = false\n", "Root = ''\n", "ShimCgroup = ''\n",
+)  # fmt: skip
+CONTAINERD_1_DEFAULT = (
+    'version = 2\nroot = "/var/lib/containerd"\ndisabled_plugins = []\n\n[plugins]\n'
+    '  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]\n'
+    '    runtime_type = "io.containerd.runc.v2"\n'
+    '    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]\n'
+    '      BinaryName = ""\n      SystemdCgroup = false\n'
+    '  [plugins."io.containerd.grpc.v1.cri".cni]\n    bin_dir = "/opt/cni/bin"\n'
+)
+
+
+def containerd_2_default(with_systemd_cgroup: bool) -> str:
+    runtime = "plugins.'io.containerd.cri.v1.runtime'"
+    fixed = ["SystemdCgroup = false\n"] if with_systemd_cgroup else []
+    options = [*RUNC_OPTIONS_DEFAULTS, *fixed]
+    return (
+        "version = 3\nroot = '/var/lib/containerd'\ndisabled_plugins = []\n\n[plugins]\n"
+        f"  [{runtime}.containerd.runtimes.runc]\n    runtime_type = 'io.containerd.runc.v2'\n"
+        f"    [{runtime}.containerd.runtimes.runc.options]\n"
+        + "".join(f"      {line}" for line in sorted(options))
+        + f"  [{runtime}.cni]\n    bin_dir = '/opt/cni/bin'\n"
+    )
+
+
+def containerd_default_config(version: str) -> str:
+    major, minor, patch = (int(part) for part in version.split("~")[0].split(".")[:3])
+    if major == 1:
+        return CONTAINERD_1_DEFAULT
+    fixed_from = {0: 7, 1: 5}  # the patch releases that got #12244's backport
+    return containerd_2_default(minor >= 2 or patch >= fixed_from[minor])
 
 
 # --------------------------------------------------------------------------- state
@@ -413,7 +442,7 @@ def containerd(state: State, args: list[str]) -> int:
         print(f"containerd {package} {prefix}{version} 0123abcd")
         return 0
     if args == ["config", "default"]:
-        print(CONTAINERD_DEFAULTS[2 if version.startswith("2") else 1], end="")
+        print(containerd_default_config(version), end="")
         return 0
     return fail(f"fake containerd: unsupported command {args!r}", 2)
 
@@ -460,6 +489,22 @@ def nvidia_ctk(state: State, args: list[str]) -> int:
     return 0
 
 
+def systemctl(state: State, args: list[str]) -> int:
+    """Restarting containerd loads its config: a file that is not valid TOML stops it."""
+    if args == ["restart", "containerd"]:
+        import tomllib
+
+        config = map_paths("/etc/containerd/config.toml", state.host_root)
+        try:
+            tomllib.loads(Path(config).read_text())
+        except tomllib.TOMLDecodeError as error:
+            return fail(
+                "Job for containerd.service failed because the control process exited with "
+                f"error code (containerd: failed to load TOML: {error})"
+            )
+    return 0
+
+
 def no_op(state: State, args: list[str]) -> int:
     return 0
 
@@ -467,7 +512,7 @@ def no_op(state: State, args: list[str]) -> int:
 TOOLS = {
     "docker": docker, "kind": kind, "kubectl": kubectl, "kubeadm": kubeadm, "sudo": sudo,
     "apt-get": apt_get, "containerd": containerd, "curl": curl, "gpg": gpg, "ip": ip,
-    "nvidia-smi": nvidia_smi, "nvidia-ctk": nvidia_ctk, "systemctl": no_op, "apt-mark": no_op,
+    "nvidia-smi": nvidia_smi, "nvidia-ctk": nvidia_ctk, "systemctl": systemctl, "apt-mark": no_op,
     "modprobe": no_op, "sysctl": no_op, "kubelet": no_op, "id": id_,
 }  # fmt: skip
 
