@@ -8,7 +8,7 @@ import pulumi
 import pulumi_command as command
 
 from components.config import RemoteWorker
-from components.gpu_nodes import kubelet_node_labels, registration_labels
+from components.node_labels import kubelet_node_labels, registration_labels
 from components.remote_scripts import (
     node_registered_script,
     prepare_script,

@@ -10,7 +10,7 @@ import pulumi
 import pulumi_command as command
 import pulumi_docker as docker
 
-from components.gpu_nodes import kubelet_node_labels, registration_labels
+from components.node_labels import kubelet_node_labels, registration_labels
 from components.scripts import node_delete_script, worker_join_script
 from components.tenant import LAB_LABEL
 

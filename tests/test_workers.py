@@ -6,7 +6,7 @@ import pytest
 from fakes.docker_readback import daemon_security_opts, planned_replacements
 from pulumi_harness import ProgramRun, run_program, stack_config
 
-from components.gpu_nodes import GPU_NODE_LABELS, kubelet_node_labels, registration_labels
+from components.node_labels import GPU_NODE_LABELS, kubelet_node_labels, registration_labels
 from components.workers import NODE_LABELS_LABEL, node_container_args, proxy_environment
 
 IMAGE_ID = "sha256:" + "a" * 64
