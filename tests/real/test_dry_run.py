@@ -114,8 +114,8 @@ def object_ref(manifest: dict[str, Any]) -> str:
 
 def prepare_cluster(plane, manifests: list[dict[str, Any]]) -> None:
     """What exists before the provider applies: the namespaces the program declares (applied
-    for real, so this is itself a real apply) and the nodes its NodePatches patch (kubeadm
-    joined them)."""
+    for real, so this is itself a real apply) and any Node it declares (kubeadm would have
+    joined it; the program declares none: workers register their labels at join)."""
     namespaces = [m for m in manifests if m["kind"] == "Namespace"]
     declared = {m["metadata"]["name"] for m in namespaces}
     for manifest in manifests:
