@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 from dataclasses import dataclass
@@ -15,13 +16,26 @@ from components.preflight import HostPlan
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 
 
+def project_python(python: str = sys.executable, project_dir: Path = PROJECT_DIR) -> str:
+    """The program's interpreter, relative to the project when it lives there (Pulumi.yaml's
+    `.venv`): the command line is then the same in every checkout and on every machine, so a
+    preview or `up` from elsewhere plans no update of the check."""
+    absolute = os.path.abspath(python)  # not resolved: a venv's python is a symlink
+    for root in {str(project_dir), str(project_dir.resolve())}:
+        relative = os.path.relpath(absolute, root)
+        if not relative.startswith(os.pardir + os.sep):
+            return relative
+    return absolute
+
+
 @dataclass(frozen=True)
 class HostPreflightArgs:
     plan: HostPlan
 
 
-def preflight_command(plan: HostPlan, python: str = sys.executable) -> str:
+def preflight_command(plan: HostPlan, python: str | None = None) -> str:
     """The program's own interpreter runs the checks, so the host needs no other Python."""
+    python = python or project_python()
     args = [
         python,
         "-m",
@@ -41,7 +55,7 @@ def preflight_command(plan: HostPlan, python: str = sys.executable) -> str:
     return shlex.join(args)
 
 
-def preflight_update_command(plan: HostPlan, python: str = sys.executable) -> str:
+def preflight_update_command(plan: HostPlan, python: str | None = None) -> str:
     """On an update the lab is running: the previous run's stdout (its sizing record, which
     pulumi-command passes as PULUMI_COMMAND_STDOUT) is the baseline for memory and disk."""
     return f'{preflight_command(plan, python)} --previous "${{PULUMI_COMMAND_STDOUT:-}}"'
@@ -59,7 +73,9 @@ class HostPreflight(pulumi.ComponentResource):
             f"{name}-checks",
             create=preflight_command(args.plan),
             update=preflight_update_command(args.plan),
-            dir=str(PROJECT_DIR),
+            # No `dir`: pulumi-command runs in the provider's working directory, which the
+            # engine sets to the project's root (Pulumi.yaml has no `main`), where the
+            # relative interpreter and `-m components.preflight` resolve.
             opts=pulumi.ResourceOptions(parent=self),
         )
         self.register_outputs({"report": self.check.stderr})

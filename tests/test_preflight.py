@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import yaml
 from pulumi_harness import lab_stack_config, run_program
 
 from components import preflight
@@ -34,7 +35,12 @@ from components.preflight import (
     report,
     subnet_clashes,
 )
-from components.preflight_step import preflight_command, preflight_update_command
+from components.preflight_step import (
+    PROJECT_DIR,
+    preflight_command,
+    preflight_update_command,
+    project_python,
+)
 
 LAB_NETWORK = DockerNetwork("kamaji-hami-lab", ("172.30.0.0/16",), "br-0123456789ab")
 DOCKER = DockerFacts(
@@ -741,3 +747,26 @@ def test_the_program_registers_an_update_path_and_no_replacing_triggers():
         "--network kamaji-hami-lab --subnet 172.30.0.0/16 --kind-cluster --kamaji-charts"
     )
     assert "triggers" not in check.inputs
+
+
+@pytest.mark.upstream("pulumi-command-dir-defaults-to-the-project-root")
+def test_the_check_has_no_machine_specific_path(tmp_path: Path):
+    """Review 4 (m6): another checkout or CI's preview plans no update of the check: the
+    interpreter is relative to the project and no absolute `dir` is set; the provider runs
+    the command in the project's root (Pulumi.yaml has no `main` that would move it)."""
+    project = tmp_path / "lab"
+    (project / ".venv/bin").mkdir(parents=True)
+    assert project_python(str(project / ".venv/bin/python"), project) == ".venv/bin/python"
+    assert project_python("/usr/bin/python3", project) == "/usr/bin/python3"
+    assert project_python(str(project / "../other/python"), project) == str(
+        tmp_path / "other/python"
+    )
+    link = tmp_path / "link"
+    link.symlink_to(project)
+    assert project_python(str(link / ".venv/bin/python"), project.resolve()) != ".venv/bin/python"
+    assert project_python(str(project / ".venv/bin/python"), link) == ".venv/bin/python"
+
+    check = run_program(lab_stack_config()).named("preflight-checks")
+    assert "dir" not in check.inputs
+    assert not check.inputs["create"].startswith("/")
+    assert "main" not in yaml.safe_load((PROJECT_DIR / "Pulumi.yaml").read_text())
