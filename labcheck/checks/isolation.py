@@ -70,10 +70,20 @@ def cross_tenant(ctx: RunContext) -> Evidence:
                 raise CheckFailed(
                     f"{a.name} credentials refused by {b.name}",
                     f"{a.name} read {b.name} {leaks}",
-                    "tenants share a CA or the same admin credentials",
+                    _leak_cause(a, b, leaks),
                 )
             pairs.append(answers)
     return Evidence(f"{len(pairs)} ordered pair(s): every read refused with 401/403", tuple(pairs))
+
+
+def _leak_cause(a: Tenant, b: Tenant, leaks: list[str]) -> str:
+    if len(leaks) == len(PROBE_PATHS):
+        return "tenants share a CA or the same admin credentials"
+    # Some reads refused (403): b knows the identity but grants it less than admin.
+    return (
+        f"{b.name} authenticates {a.name}'s credentials (a shared CA or token) and an RBAC "
+        "binding there lets that identity read"
+    )
 
 
 def management_refused(ctx: RunContext, t: Tenant) -> Evidence:

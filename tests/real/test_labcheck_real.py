@@ -5,8 +5,10 @@ The spec is the program's own ``labcheckSpec`` (the mocks harness renders the ``
 with each tenant's kubeconfig replaced by an admin kubeconfig of its real plane (token user in
 ``system:masters``, CA inline as in ``admin.conf``); a third, API-only plane plays the management
 cluster. labcheck runs through its real client (``labcheck.kube``), its runner and its checks.
+The servers are kube-apiserver v1.35.4 (the only 1.35 patch the Go proxy serves; the lab's
+tenants default to v1.35.0).
 
-Which check proves what about the GPU-memory quota (finding T-quota, docs/validation.md):
+Which check proves what about the GPU-memory quota (issue 10; docs/validation.md):
 - the real kube-apiserver *accepts* the ResourceQuota the program declares
   (``limits.nvidia.com/gpumem``) and *ignores* it: its quota evaluators take extended resources
   only as ``requests.<name>``, so a pod asking for more is admitted and the quota never gets a
@@ -133,8 +135,9 @@ def lab_spec(
     return spec
 
 
-class Recorder:
-    """labcheck's Reporter: keeps every result; `on_finish` sees each one as it arrives."""
+class ResultHook:
+    """labcheck's Reporter protocol; `on_finish` sees each result as it arrives (before the
+    run's cleanup, for all but the last)."""
 
     def __init__(self, on_finish: Callable[[Result], None] | None = None) -> None:
         self.on_finish = on_finish
@@ -163,7 +166,7 @@ def run_labcheck(
         run_id=run_id,
         poll_seconds=0.5,
     )
-    outcome: RunOutcome = run_checks(ctx, ALL_CHECKS, Recorder(on_finish), only=only)
+    outcome: RunOutcome = run_checks(ctx, ALL_CHECKS, ResultHook(on_finish), only=only)
     assert outcome.interrupted is None
     return {(r.check, r.tenant): r for r in outcome.results}, run_id
 
@@ -319,7 +322,8 @@ def test_a_token_the_target_issued_is_refused_by_rbac_until_a_binding_lets_it_re
             "tenant-a credentials refused by tenant-b",
             "tenant-a read tenant-b ['/api/v1/namespaces', '/api/v1/pods', "
             "'/apis/apps/v1/deployments']",
-            SHARED_CREDENTIALS_CAUSE,
+            "tenant-b authenticates tenant-a's credentials (a shared CA or token) and an RBAC "
+            "binding there lets that identity read",
         )
 
         b.kubectl("create", "clusterrolebinding", "lc-admin", "--clusterrole=cluster-admin",
