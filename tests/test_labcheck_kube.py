@@ -10,7 +10,7 @@ import pytest
 from labcheck_fakes import kubeconfig
 
 from labcheck.cluster import ClusterError, cross_kubeconfig, likely_cause, server_of
-from labcheck.kube import KubeCluster, _read_http, _ws_status
+from labcheck.kube import KubeCluster, _read_http, _ws_message, _ws_status
 
 
 class FakeHTTP:
@@ -117,6 +117,18 @@ def test_raw_paths_return_text(cluster):
 def test_unusable_kubeconfig_is_a_cluster_error():
     with pytest.raises(ClusterError, match="unusable kubeconfig"):
         KubeCluster({"clusters": [], "users": [], "contexts": []}, "bad", 5)
+
+
+@pytest.mark.upstream("websocket-handshake-error-text")
+def test_a_failed_websocket_handshake_reports_the_servers_status_message():
+    """websocket-client puts the response headers between the status line and the body."""
+    body = '{"kind":"Status","message":"error dialing backend: No agent available","code":500}'
+    reason = f"Handshake status 500 Internal Server Error -+-+- {{'audit-id': 'x'}} -+-+- {body}"
+    assert (
+        _ws_message(SimpleNamespace(reason=reason)) == "error dialing backend: No agent available"
+    )
+    no_body = "Handshake status 403 Forbidden -+-+- {} -+-+- None"
+    assert _ws_message(SimpleNamespace(reason=no_body)) == "Handshake status 403 Forbidden"
 
 
 def test_ws_status_and_http_reader():
