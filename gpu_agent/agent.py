@@ -401,11 +401,13 @@ class Agent:
             return PassSummary()
 
         p = _Pass(self.api, self.config, self.nodes, self.pods)
+        # One node event retries every such pod: one look and at most one touch. A refusal
+        # (401/403) propagates before the entries are dropped: a relist does not re-arm them.
+        target = next((name for name in settled if name in self.nodes), None)
+        looked = not target or p.guard(f"requeue after {target}", p.requeue_rejected, target)
         for name in settled:
             del self.requeue_at[name]
-        # One node event retries every such pod: one look and at most one touch.
-        target = next((name for name in settled if name in self.nodes), None)
-        if target and not p.guard(f"requeue after {target}", p.requeue_rejected, target):
+        if not looked:
             self.requeue_at[target] = now + self.config.resync_seconds
         for name in [n for n in self.nodes if n in dirty_nodes]:
             if not p.guard(f"register {name}", p.register, name):

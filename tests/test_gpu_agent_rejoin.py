@@ -12,7 +12,7 @@ import dataclasses
 
 import pytest
 
-from gpu_agent import Agent, TransientError, parse_config, required_rbac_rules
+from gpu_agent import Agent, AuthError, TransientError, parse_config, required_rbac_rules
 from gpu_agent.agent import REQUEUE_ANNOTATION
 from tests.fakes.fake_kube import FakeKube, SchedulerSim, rejoin_latency
 
@@ -143,6 +143,24 @@ def test_failed_look_is_retried_after_resync(config):
     assert s.requeued == [] and s.errors == [f"requeue after {NODE}: HTTP 503: etcd leader changed"]
     clock.t += config.resync_seconds
     assert agent.step().requeued == ["team-a/a"]
+
+
+@pytest.mark.upstream("k8s-apiserver-403-until-rbac-synced")
+def test_a_refused_look_stays_due(config):
+    """Seen against a real kube-apiserver (tests/real/test_agent_real.py): its look came right
+    after an API server restart and was refused (403 until RBAC synced); the agent retried the
+    pass but had already dropped the due look, so the rejected pod was never retried."""
+    kube = FakeKube()
+    kube.add_node(NODE)
+    clock = Clock()
+    agent = registered_at(kube, config, clock)
+    rejected(kube, "p")
+    clock.t += 17
+    kube.fail_next("list_pods", AuthError(403, "RBAC: clusterrole not found"))
+    with pytest.raises(AuthError):
+        agent.step()
+    assert agent.step().requeued == ["team-a/p"]
+    assert REQUEUE_ANNOTATION in kube.nodes[NODE]["metadata"]["annotations"]
 
 
 def test_no_look_without_a_registration_write_or_when_turned_off(config):

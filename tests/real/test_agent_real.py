@@ -45,6 +45,7 @@ from components.config import parse_config
 from components.simulated_gpus import CONFIG_MOUNT, NAME, NAMESPACE, agent_config, agent_manifests
 from gpu_agent import Agent, HttpKubeApi
 from gpu_agent import parse_config as parse_agent_config
+from gpu_agent.agent import POD_SELECTOR
 
 NOBODY = 65534  # the Deployment's runAsUser
 PYTHON = "/usr/bin/python3"
@@ -369,6 +370,13 @@ def audit_requests(plane: ControlPlane, user: str, since: float, until: float) -
     return list(seen.values())
 
 
+def agent_audit(plane: ControlPlane, since: float, until: float) -> list[dict]:
+    """The agent's own requests: its ServiceAccount and its User-Agent (a test's probe with the
+    same token is not the agent)."""
+    requests = audit_requests(plane, AGENT_USER, since, until)
+    return [e for e in requests if e.get("userAgent") == "hami-gpu-agent"]
+
+
 def received(event: dict) -> str:
     return event["requestReceivedTimestamp"]
 
@@ -579,7 +587,7 @@ def test_completes_an_allocation_and_releases_the_lock_while_kwok_writes_the_pod
         lab,
     )
     time.sleep(1)  # the audit log is written as requests complete
-    requests = audit_requests(lab.plane, AGENT_USER, since, time.time())
+    requests = agent_audit(lab.plane, since, time.time())
     pod_patches = [e for e in requests if request_kind(e) == "patch pods"]
     assert [(e["objectRef"]["name"], e["responseStatus"]["code"]) for e in pod_patches] == [
         ("single", 200)
@@ -644,7 +652,7 @@ def test_a_stale_read_still_completes_and_a_changed_allocation_is_refused(lab):
     )
     calls = [
         (e["objectRef"]["name"], e["verb"], e["responseStatus"]["code"])
-        for e in sorted(audit_requests(lab.plane, AGENT_USER, since, time.time()), key=received)
+        for e in sorted(agent_audit(lab.plane, since, time.time()), key=received)
         if request_kind(e) in ("patch pods", "get pods")
     ]
     assert calls == [
@@ -710,20 +718,25 @@ def test_lock_release_retries_after_a_real_409(lab):
     assert LOCK not in annotations(admin.node(STALE_NODE))
 
 
-def test_requeues_a_pod_rejected_as_node_unregistered(lab):
-    """D4: `requeueAfterRegisterSeconds` (17 s) after registering, the agent finds the pod
-    kube-scheduler recorded as rejected with HAMi's "node unregistered" and touches its node's
-    own annotation (a Node update event for kube-scheduler), with only its granted RBAC."""
-    wait_for(lambda: registered(lab), f"{GPU_NODE} registered", lab)
-    node = wait_for(
-        lambda: (n := lab.admin.node(GPU_NODE)) and REQUEUE in annotations(n) and n,
-        "the requeue touch", lab, timeout=max(5, lab.started_at + 25 - time.time()),
-    )  # fmt: skip
-    assert int(annotations(node)[REQUEUE]) > 0  # the node's resourceVersion at the touch
-    assert any(
-        "requeued pods rejected as unregistered" in line and f"{WORK_NS}/waiting" in line
-        for line in lab.agent.text().splitlines()
+def assert_resume_from_compacted_version_relists(plane: ControlPlane, version: str) -> None:
+    """The agent's own client and loop, resuming its pod watch from a version the restarted
+    and compacted server no longer has: an ERROR event 410 Expired, and the next step relists."""
+    agent = in_process_agent(plane)
+    agent.relist()
+    stream = agent.api.watch_pods(version, 5, POD_SELECTOR)
+    try:
+        event = next(stream)
+    finally:
+        stream.close()
+    assert (event["type"], event["object"]["code"], event["object"]["reason"]) == (
+        "ERROR",
+        410,
+        "Expired",
     )
+    assert event["object"]["message"].startswith(f"too old resource version: {version} (")
+    agent.version["pods"] = version
+    assert agent.follow("pods", 5) == 1
+    assert agent.synced == {"nodes": True, "pods": False}  # step() relists once resync passed
 
 
 def etcd_call(plane: ControlPlane, path: str, body: dict) -> dict:
@@ -775,19 +788,22 @@ def test_watches_resume_after_an_api_server_restart_and_relist_after_410(lab):
     """A restart drops both streams; the agent resumes them and keeps finishing allocations
     within a second or two, not at its 60 s relist. A restarted server's watch cache starts
     at a fresh list, so a resume from an older version is answered 410 Expired ("too old
-    resource version", an ERROR event): with a write and an etcd compaction past every version
-    the agent saw, that is certain, and the agent must relist. Also: while the restarted
-    server's RBAC caches sync it answers 403, which the agent retries (it used to exit 3)."""
+    resource version", an ERROR event); after a write and an etcd compaction that is certain
+    for the versions the agent saw, and the agent relists. While the restarted server's RBAC
+    caches sync it refuses the agent's token (403): the agent now retries (it used to exit 3)
+    and a refused pass is also followed by a relist. Which of the two made the process relist
+    depends on timing, so the 410 itself is then checked on the agent's own client and loop."""
     wait_for(lambda: registered(lab), f"{GPU_NODE} registered", lab)
     token = lab.plane.service_account_token(NAMESPACE, NAME)
     probed: list[int] = []
     for round_, compact in (("restart", False), ("compacted", True)):
         offset = lab.agent.offset()
         restarted = time.time()
+        seen_rv = lab.admin.call("GET", "/api/v1/pods?limit=1")["metadata"]["resourceVersion"]
         if compact:
             compact_etcd(lab.plane)
         with refusal_probe(lab.plane, token) as codes:
-            lab.plane.restart_apiserver()
+            lab.plane.restart_apiserver(stop_timeout=2)
         probed += codes
         assert codes and codes[-1] == 200, codes
         pod = f"after-{round_}"
@@ -800,19 +816,18 @@ def test_watches_resume_after_an_api_server_restart_and_relist_after_410(lab):
         assert any("watch pods failed, resuming" in line for line in log), "\n".join(log)
         assert took < 15, f"{pod} took {took:.1f} s: a relist every 60 s, not the watch, found it"
         time.sleep(1)
-        agent_requests = Counter(
-            request_kind(e) for e in audit_requests(lab.plane, AGENT_USER, restarted, time.time())
-        )
+        agent_requests = Counter(map(request_kind, agent_audit(lab.plane, restarted, time.time())))
         assert agent_requests["watch pods"] >= 1 and agent_requests["watch nodes"] >= 1, (
             agent_requests
         )
         relisted = [line for line in log if "relisting" in line]
         if compact:
-            assert any("too old" in line for line in relisted), "\n".join(log)
+            assert relisted, "\n".join(log)
             assert agent_requests["list pods"] >= 1 and agent_requests["list nodes"] >= 1, (
                 agent_requests
             )
-        refused = [line for line in log if "refused" in line]
+            assert_resume_from_compacted_version_relists(lab.plane, seen_rv)
+        refused = [line for line in log if "refused, " in line]
         print(f"{round_}: allocated in {took:.2f} s; agent {dict(agent_requests)}")
         print("  " + "\n  ".join(relisted + refused))
     assert lab.agent.popen.poll() is None
@@ -820,6 +835,22 @@ def test_watches_resume_after_an_api_server_restart_and_relist_after_410(lab):
     # server's RBAC caches sync, the same token is refused for a moment.
     assert 403 in probed, f"no refusal seen while the server started: {Counter(probed)}"
     print(f"probe during both restarts: {Counter(probed)}")
+
+
+def test_requeues_a_pod_rejected_as_node_unregistered(lab):
+    """D4: `requeueAfterRegisterSeconds` (17 s) after registering, the agent finds the pod
+    kube-scheduler recorded as rejected with HAMi's "node unregistered" and touches its node's
+    own annotation (a Node update event for kube-scheduler), with only its granted RBAC."""
+    wait_for(lambda: registered(lab), f"{GPU_NODE} registered", lab)
+    node = wait_for(
+        lambda: (n := lab.admin.node(GPU_NODE)) and REQUEUE in annotations(n) and n,
+        "the requeue touch", lab, timeout=max(5, lab.started_at + 25 - time.time()),
+    )  # fmt: skip
+    assert int(annotations(node)[REQUEUE]) > 0  # the node's resourceVersion at the touch
+    assert any(
+        "requeued pods rejected as unregistered" in line and f"{WORK_NS}/waiting" in line
+        for line in lab.agent.text().splitlines()
+    )
 
 
 def test_a_burst_of_20_pods_costs_the_documented_requests(lab):
@@ -839,7 +870,7 @@ def test_a_burst_of_20_pods_costs_the_documented_requests(lab):
         assert annotations(pod)[TO_ALLOCATE] == ";;", name
         assert annotations(pod)[ALLOCATED] == devices[name], name
     time.sleep(1)
-    requests = audit_requests(lab.plane, AGENT_USER, since, until)
+    requests = agent_audit(lab.plane, since, until)
     kinds = Counter(request_kind(e) for e in requests)
     codes = Counter(e["responseStatus"]["code"] for e in requests if e["verb"] != "watch")
     print(f"burst of 20: {took:.2f} s ({took / 20 * 1000:.0f} ms per allocation)")
