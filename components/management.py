@@ -108,6 +108,17 @@ class ExistingClusterArgs:
     stack: str = ""  # another stack whose `managementKubeconfig` output is the cluster
 
 
+def _referenced_kubeconfig(stack: str, kubeconfig: str | None) -> str:
+    """The referenced stack must have brought its cluster up: say so instead of a KeyError."""
+    if not kubeconfig:
+        # RunError: the engine prints the message alone, without a Python traceback.
+        raise pulumi.RunError(
+            f"managementStack {stack} has no managementKubeconfig output: bring that stack up "
+            f"first (make up STACK={stack.rsplit('/', 1)[-1]})"
+        )
+    return kubeconfig
+
+
 class ExistingManagementCluster(pulumi.ComponentResource):
     """A management cluster this stack does not own: reached by kubeconfig, never deleted."""
 
@@ -124,7 +135,9 @@ class ExistingManagementCluster(pulumi.ComponentResource):
             self.reference = pulumi.StackReference(
                 f"{name}-stack", stack_name=args.stack, opts=pulumi.ResourceOptions(parent=self)
             )
-            source = self.reference.require_output("managementKubeconfig")
+            source = self.reference.get_output("managementKubeconfig").apply(
+                lambda kubeconfig: _referenced_kubeconfig(args.stack, kubeconfig)
+            )
         else:
             source = args.kubeconfig
         self.kubeconfig = pulumi.Output.secret(source)
