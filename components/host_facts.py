@@ -35,6 +35,7 @@ class DockerFacts:
     storage_driver: str = ""
     backing_filesystem: str = ""
     networks: tuple[DockerNetwork, ...] = ()
+    root_dir: str = ""  # DockerRootDir: where images and container layers are stored
 
     def has_security_option(self, name: str) -> bool:
         return any(f"name={name}" in option.split(",") for option in self.security_options)
@@ -137,6 +138,7 @@ def read_docker(run: Run) -> DockerFacts:
         storage_driver=info.get("Driver") or "",
         backing_filesystem=_backing_filesystem(info.get("DriverStatus")),
         networks=parse_networks(inspect),
+        root_dir=info.get("DockerRootDir") or "",
     )
 
 
@@ -148,11 +150,35 @@ def read_routes(run: Run) -> tuple[Route, ...] | None:
     return tuple(Route(dst=r.get("dst", ""), dev=r.get("dev", "")) for r in routes)
 
 
-def read_host_facts(
-    run: Run, root: Path = Path("/"), disk_path: str = "/var/lib/docker"
-) -> HostFacts:
+def parse_cpu_list(text: str) -> int:
+    """The number of CPUs in a kernel CPU list such as `0-3,6,8-9`."""
+    count = 0
+    for part in text.strip().split(","):
+        first, _, last = part.partition("-")
+        count += int(last or first) - int(first) + 1
+    return count
+
+
+def online_cpus(root: Path) -> int:
+    """The host's online CPUs, as kube-proxy counts them for its conntrack target: cAdvisor's
+    sysfs topology (the online list), not this process's affinity; `os.cpu_count()`
+    (sysconf _SC_NPROCESSORS_ONLN) when the list is absent, as when hotplug is off."""
+    try:
+        return parse_cpu_list((root / "sys/devices/system/cpu/online").read_text())
+    except (OSError, ValueError):
+        return os.cpu_count() or 1
+
+
+def docker_disk_path(docker: DockerFacts) -> str:
+    """Where the lab's images land: the daemon's root dir when this host can see it (rootless
+    Docker keeps it under $HOME; Docker Desktop inside its VM, so `/` is the best guess)."""
+    return docker.root_dir if docker.root_dir and os.path.isdir(docker.root_dir) else "/"
+
+
+def read_host_facts(run: Run, root: Path = Path("/"), disk_path: str | None = None) -> HostFacts:
     proc_sys = root / "proc/sys"
-    usage = shutil.disk_usage(disk_path if os.path.exists(disk_path) else "/")
+    docker = read_docker(run)
+    usage = shutil.disk_usage(disk_path or docker_disk_path(docker))
     return HostFacts(
         cgroup_v2=(root / "sys/fs/cgroup/cgroup.controllers").exists(),
         inotify_instances=_read_int(proc_sys / "fs/inotify/max_user_instances") or 0,
@@ -160,10 +186,10 @@ def read_host_facts(
         conntrack_max=_read_int(proc_sys / "net/netfilter/nf_conntrack_max"),
         conntrack_hashsize=_read_int(root / "sys/module/nf_conntrack/parameters/hashsize"),
         br_netfilter=(root / "sys/module/br_netfilter").exists(),
-        cpus=os.cpu_count() or 1,
+        cpus=online_cpus(root),
         mem_available_mb=_mem_available_mb(root / "proc/meminfo"),
         disk_free_gb=usage.free / 1e9,
-        docker=read_docker(run),
+        docker=docker,
         tools={tool: tool_version(tool, run) for tool in HOST_TOOLS},
         routes=read_routes(run),
     )

@@ -8,6 +8,7 @@ import subprocess
 import textwrap
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -21,6 +22,9 @@ from components.host_facts import (
     DockerNetwork,
     HostFacts,
     Route,
+    docker_disk_path,
+    online_cpus,
+    parse_cpu_list,
     read_docker,
     read_host_facts,
     read_routes,
@@ -485,6 +489,7 @@ class FakeHost:
 
 DOCKER_INFO = {
     "OperatingSystem": "Ubuntu 24.04.2 LTS",
+    "DockerRootDir": "/var/lib/docker",
     "SecurityOptions": ["name=apparmor", "name=seccomp,profile=builtin", "name=rootless"],
     "Driver": "overlay2",
     "DriverStatus": [["Backing Filesystem", "btrfs"], ["Supports d_type", "true"]],
@@ -585,6 +590,43 @@ def test_reads_the_host_from_proc_and_sys(tmp_path: Path, monkeypatch):
         "helm": "v3.19.0+g3d8990f",
     }
     assert facts.docker.server_version == "28.2.2" and facts.routes is not None
+
+
+@pytest.mark.upstream("kube-proxy-counts-the-hosts-online-cpus")
+def test_cpus_are_the_hosts_online_cpus_as_kube_proxy_counts_them(tmp_path: Path, monkeypatch):
+    """B3/m9 (review 4, disputed): kube-proxy scales conntrack by cAdvisor's sysfs count of
+    online CPUs, not by its affinity; a preflight pinned to one CPU (taskset) must still
+    compute the target for the whole host."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    write(tmp_path, "sys/devices/system/cpu/online", "0-3,6,8-9\n")
+    facts = read_host_facts(FakeHost(ANSWERS), tmp_path, disk_path=str(tmp_path))
+    assert facts.cpus == 7
+    assert (parse_cpu_list("0\n"), parse_cpu_list("0-15"), parse_cpu_list("0,2,4-5")) == (1, 16, 4)
+    (tmp_path / "sys/devices/system/cpu/online").unlink()  # hotplug off: every CPU is online
+    assert online_cpus(tmp_path) == 64
+
+
+@pytest.mark.upstream("docker-info-root-dir")
+def test_disk_is_measured_where_the_daemon_stores_images(tmp_path: Path, monkeypatch):
+    """Review 4: rootless Docker (and a moved data-root) stores images under DockerRootDir,
+    not /var/lib/docker; a root this host cannot see (Docker Desktop's VM) falls back to /."""
+    data_root = tmp_path / "home/u/.local/share/docker"
+    data_root.mkdir(parents=True)
+    measured: list[str] = []
+    monkeypatch.setattr(
+        "shutil.disk_usage", lambda path: measured.append(str(path)) or shutil_usage(10**9)
+    )
+    info = {**DOCKER_INFO, "DockerRootDir": str(data_root)}
+    read_host_facts(FakeHost({**ANSWERS, "docker info --format": json.dumps(info)}), tmp_path)
+    assert measured == [str(data_root)]
+    assert read_docker(FakeHost(ANSWERS)).root_dir == "/var/lib/docker"
+    assert docker_disk_path(DockerFacts("28.2.2", root_dir=str(tmp_path / "vm-only"))) == "/"
+    assert docker_disk_path(DockerFacts(None, error="not on PATH")) == "/"
+
+
+def shutil_usage(free: int) -> SimpleNamespace:
+    return SimpleNamespace(total=free * 2, used=free, free=free)  # what shutil.disk_usage gives
 
 
 def test_nf_conntrack_not_loaded_reads_as_none(tmp_path: Path, monkeypatch):
