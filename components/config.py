@@ -22,6 +22,7 @@ from pydantic import (
     SecretStr,
     ValidationError,
     field_validator,
+    model_validator,
 )
 from pydantic.alias_generators import to_camel
 
@@ -117,6 +118,24 @@ class RemoteWorker(_Model):
     port: int = Field(default=22, ge=1, le=65535)
 
 
+class ProxyConfig(_Model):
+    """The proxy the worker containers pull images through; none by default.
+
+    Taken from the stack config only, never from the environment of whoever runs Pulumi: the
+    workers' environment is ForceNew, so a stray HTTPS_PROXY in one shell would replace them.
+    """
+
+    http: str = ""
+    https: str = ""
+    no_proxy: str = ""  # comma-separated, as NO_PROXY; the lab's own networks are added
+
+    @model_validator(mode="after")
+    def _a_proxy_for_no_proxy(self) -> ProxyConfig:
+        if self.no_proxy and not (self.http or self.https):
+            raise ValueError("noProxy is only used with http or https")
+        return self
+
+
 GpuMode = Literal["simulated", "nvml-mock", "real"]
 
 
@@ -178,6 +197,7 @@ class LabConfig(_Model):
     management_stack: str = ""
     install_platform: bool = True  # existing mode: install cert-manager, MetalLB and Kamaji
     ssh_private_key: SecretStr = SecretStr("")
+    proxy: ProxyConfig = ProxyConfig()
     network_name: DnsLabel = "kamaji-hami-lab"
     subnet: str = "172.30.0.0/16"
     gateway: str = ""
@@ -414,7 +434,9 @@ def parse_config(raw: Mapping[str, Any]) -> LabConfig:
 
 _FIELDS_BY_KEY = {field.alias or name: field for name, field in LabConfig.model_fields.items()}
 # Read as JSON objects (`Config.get_object`); every other key is a scalar.
-STRUCTURED_KEYS = ("tenants",)
+STRUCTURED_KEYS = ("tenants", "proxy")
+# May be set as secrets (a proxy URL can carry credentials): the workers keep them secret.
+MAY_BE_SECRET_KEYS = ("proxy",)
 # Kept as SecretStr here and as secret Outputs downstream; set with `pulumi config set --secret`.
 SECRET_KEYS = tuple(key for key, f in _FIELDS_BY_KEY.items() if f.annotation is SecretStr)
 # Scalars Pulumi reads by type (`true`/`True`/`false`/`False`, `int()`); text otherwise.
@@ -447,7 +469,8 @@ def _keys_set(config: pulumi.Config) -> set[str]:
 
 def _read_key(config: pulumi.Config, key: str) -> Any:
     field = _FIELDS_BY_KEY.get(key)
-    if pulumi.runtime.is_config_secret(config.full_key(key)) or key in SECRET_KEYS:
+    secret = pulumi.runtime.is_config_secret(config.full_key(key))
+    if (secret and key not in MAY_BE_SECRET_KEYS) or key in SECRET_KEYS:
         return _read_secret(config, key, known=field is not None)
     if key in STRUCTURED_KEYS:
         try:

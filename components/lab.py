@@ -104,6 +104,7 @@ def _workers(
             control_plane=control_plane.control_plane,
             control_plane_identity=control_plane.identity,
             gpu_mode=tenant.gpu_mode,
+            proxy=cfg.proxy,
             no_proxy=(cfg.subnet, tenant.pod_cidr, tenant.service_cidr),
             after=after,
         ),

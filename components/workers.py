@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -10,6 +9,7 @@ import pulumi
 import pulumi_command as command
 import pulumi_docker as docker
 
+from components.config import ProxyConfig
 from components.node_labels import kubelet_node_labels, registration_labels
 from components.scripts import node_delete_script, worker_join_script
 from components.tenant import LAB_LABEL
@@ -22,7 +22,6 @@ NODE_LABELS_LABEL = "kamaji-hami-lab/node-labels"
 # control plane replaces the container: its kubelet.conf would make the join skip, and its
 # certificates are of a control plane that is gone.
 CONTROL_PLANE_LABEL = "kamaji-hami-lab/control-plane"
-PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY")
 # In-cluster names kind adds to NO_PROXY as well (CoreDNS's default service domains).
 CLUSTER_DOMAINS = (".svc", ".svc.cluster", ".svc.cluster.local")
 
@@ -37,36 +36,34 @@ class WorkerPoolArgs:
     control_plane: pulumi.Resource
     control_plane_identity: pulumi.Input[str]
     gpu_mode: str
-    # Never proxied: the lab subnet, the tenant's pod and service CIDRs.
+    # The stack's `proxy` config; the lab subnet, the tenant's pod and service CIDRs are
+    # never proxied.
+    proxy: ProxyConfig
     no_proxy: tuple[str, ...]
     # What must finish before Docker is touched at all (the host preflight).
     after: Sequence[pulumi.Resource] = field(default_factory=list)
 
 
 def proxy_environment(
-    host_env: Mapping[str, str], no_proxy: Sequence[str], node_names: Sequence[str]
+    proxy: ProxyConfig, no_proxy: Sequence[str], node_names: Sequence[str]
 ) -> list[str]:
-    """The proxy settings of the host for a worker container, as kind passes them to its nodes.
+    """The stack's proxy config for a worker container, as kind passes a proxy to its nodes.
 
-    Each of HTTP_PROXY, HTTPS_PROXY and NO_PROXY is taken from the host (upper case first, then
-    lower case) and passed in both cases; when any is set, NO_PROXY also lists the lab's own
-    networks, the node names and the cluster domains, so containerd pulls through the proxy
-    while in-lab traffic does not. The node image turns these into systemd's default
-    environment, so containerd and the kubelet see them. No proxy on the host: no variables.
+    HTTP_PROXY, HTTPS_PROXY and NO_PROXY are passed in both cases; NO_PROXY also lists the
+    lab's own networks, the node names and the cluster domains, so containerd pulls through
+    the proxy while in-lab traffic does not. The node image turns these into systemd's
+    default environment, so containerd and the kubelet see them. No proxy: no variables.
     """
-    values = {
-        name: host_env.get(name) or host_env.get(name.lower()) or "" for name in PROXY_VARIABLES
-    }
-    if not any(values.values()):
+    if not (proxy.http or proxy.https):
         return []
-    values["NO_PROXY"] = ",".join(
-        part for part in (values["NO_PROXY"], *no_proxy, *node_names, *CLUSTER_DOMAINS) if part
-    )
+    excluded = (proxy.no_proxy, *no_proxy, *node_names, *CLUSTER_DOMAINS)
+    values = {
+        "HTTP_PROXY": proxy.http,
+        "HTTPS_PROXY": proxy.https,
+        "NO_PROXY": ",".join(part for part in excluded if part),
+    }
     return [
-        f"{key}={values[name]}"
-        for name in PROXY_VARIABLES
-        if values[name]
-        for key in (name, name.lower())
+        f"{key}={value}" for name, value in values.items() if value for key in (name, name.lower())
     ]
 
 
@@ -126,9 +123,8 @@ def node_container_args(
 class WorkerPool(pulumi.ComponentResource):
     """All worker nodes of one tenant.
 
-    A changed proxy setting on the host (HTTP(S)_PROXY, NO_PROXY where `pulumi up` runs)
-    replaces the worker containers, as every container environment change does: run
-    `pulumi up` from a shell with the same proxy settings each time.
+    A changed `proxy` stack config replaces the worker containers, as every container
+    environment change does; the config diff says why (the variables themselves are secret).
     """
 
     def __init__(
@@ -142,7 +138,7 @@ class WorkerPool(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.after)),
         )
         labels = registration_labels(args.gpu_mode)
-        env = proxy_environment(os.environ, args.no_proxy, args.node_names)
+        env = proxy_environment(args.proxy, args.no_proxy, args.node_names)
         self.containers: list[docker.Container] = []
         self.joins: list[command.local.Command] = []
         for node_name in args.node_names:

@@ -25,6 +25,7 @@ from components.config import (
     SECRET_KEYS,
     ConfigError,
     LabConfig,
+    ProxyConfig,
     parse_config,
     read_stack_config,
 )
@@ -71,7 +72,9 @@ def test_pulumi_yaml_declares_every_key_with_the_model_default():
 def test_pulumi_yaml_declares_each_key_with_the_type_the_model_reads():
     """What the CLI type-checks a stack against is what the program reads the key as."""
     declared = yaml.safe_load((PROJECT_DIR / "Pulumi.yaml").read_text())["config"]
-    pulumi_type = {bool: "boolean", int: "integer", str: "string", SecretStr: "string"}
+    pulumi_type = {
+        bool: "boolean", int: "integer", str: "string", SecretStr: "string", ProxyConfig: "object"
+    }  # fmt: skip
     for name, field in LabConfig.model_fields.items():
         spec = declared[f"{PROJECT}:{field.alias or name}"]
         if name == "tenants":

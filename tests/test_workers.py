@@ -6,6 +6,7 @@ import pytest
 from fakes.docker_readback import daemon_security_opts, planned_replacements
 from pulumi_harness import ProgramRun, run_program, stack_config
 
+from components.config import ProxyConfig
 from components.node_labels import GPU_NODE_LABELS, kubelet_node_labels, registration_labels
 from components.workers import NODE_LABELS_LABEL, node_container_args, proxy_environment
 
@@ -41,43 +42,58 @@ def test_kinds_security_options_alone_would_replace_every_worker_on_each_up():
 # --------------------------------------------------------------------------- proxies
 
 
+HOST_PROXY = {"HTTP_PROXY": "http://shell:8080", "https_proxy": "http://shell:8080"}
+LAB_NO_PROXY = (
+    "172.30.0.0/16,10.244.0.0/16,10.96.0.0/16,"
+    "tenant-a-worker-1,tenant-a-worker-2,.svc,.svc.cluster,.svc.cluster.local"
+)
+
+
 @pytest.mark.upstream("kind-node-proxy-env")
-def test_no_proxy_on_the_host_passes_nothing():
-    assert proxy_environment({"PATH": "/usr/bin"}, CIDRS, NODES) == []
+def test_no_proxy_config_passes_nothing():
+    assert proxy_environment(ProxyConfig(), CIDRS, NODES) == []
     assert worker()["envs"] is None
 
 
 @pytest.mark.upstream("kind-node-proxy-env")
-def test_the_hosts_proxy_reaches_the_workers_as_kind_passes_it():
-    """T9: both spellings, lower case read too; NO_PROXY keeps the host's list and adds the lab."""
-    host = {"https_proxy": "http://proxy:3128", "NO_PROXY": "localhost,.corp"}
-    no_proxy = (
-        "localhost,.corp,172.30.0.0/16,10.244.0.0/16,10.96.0.0/16,"
-        "tenant-a-worker-1,tenant-a-worker-2,.svc,.svc.cluster,.svc.cluster.local"
-    )
-    assert proxy_environment(host, CIDRS, NODES) == [
+def test_the_configured_proxy_reaches_the_workers_as_kind_passes_it():
+    """T9: both spellings; NO_PROXY keeps the configured list and adds the lab's networks."""
+    proxy = ProxyConfig(https="http://proxy:3128", no_proxy="localhost,.corp")
+    assert proxy_environment(proxy, CIDRS, NODES) == [
         "HTTPS_PROXY=http://proxy:3128",
         "https_proxy=http://proxy:3128",
-        f"NO_PROXY={no_proxy}",
-        f"no_proxy={no_proxy}",
+        f"NO_PROXY=localhost,.corp,{LAB_NO_PROXY}",
+        f"no_proxy=localhost,.corp,{LAB_NO_PROXY}",
     ]
 
 
-def test_the_hosts_proxy_reaches_every_worker_as_a_secret(monkeypatch: pytest.MonkeyPatch):
-    """T9: read where the program runs; a proxy URL may carry credentials."""
-    for name in ("HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy", "https_proxy"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("HTTPS_PROXY", "http://user:pw@proxy:3128")
-    run = run_program(stack_config("lab"))
+def worker_envs(monkeypatch: pytest.MonkeyPatch, **config: object) -> list:
+    """Each worker's `envs` in the lab stack, run from a shell with a proxy in its environment."""
+    for name, value in HOST_PROXY.items():
+        monkeypatch.setenv(name, value)
+    run = run_program({**stack_config("lab"), **config})
     containers = run.of_type("docker:index/container:Container")
     assert len(containers) == 2  # one worker per tenant in Pulumi.lab.yaml
-    for container in containers:
-        assert container.is_secret("envs")
-        assert container.inputs["envs"][:2] == [
-            "HTTPS_PROXY=http://user:pw@proxy:3128",
-            "https_proxy=http://user:pw@proxy:3128",
+    return [(c.inputs.get("envs"), c.is_secret("envs")) for c in containers]
+
+
+def test_the_shells_proxy_never_reaches_the_workers(monkeypatch: pytest.MonkeyPatch):
+    """T9, reviewer item 2: the proxy of whoever runs `pulumi up` is not stack config; were it
+    read, an `up` from another shell would replace every worker (envs is ForceNew)."""
+    assert worker_envs(monkeypatch) == [(None, False), (None, False)]
+
+
+def test_the_configured_proxy_reaches_every_worker_as_a_secret(monkeypatch: pytest.MonkeyPatch):
+    """T9: exactly the configured proxy, not the shell's; a proxy URL may carry credentials."""
+    envs = worker_envs(monkeypatch, proxy={"http": "http://user:pw@proxy:3128"})
+    for env, secret in envs:
+        assert secret
+        assert env[:2] == [
+            "HTTP_PROXY=http://user:pw@proxy:3128",
+            "http_proxy=http://user:pw@proxy:3128",
         ]
-        assert container.inputs["envs"][2].startswith("NO_PROXY=172.30.0.0/16,")
+        assert env[2].startswith("NO_PROXY=172.30.0.0/16,") and len(env) == 4
+        assert env[2].removeprefix("NO_PROXY=") == env[3].removeprefix("no_proxy=")
 
 
 # --------------------------------------------------------------------------- node labels
