@@ -8,6 +8,7 @@ allowed, raised before any resource is registered. Defaults here are the pinned 
 
 from __future__ import annotations
 
+import contextvars
 import json
 import re
 from collections.abc import Collection, Mapping
@@ -461,7 +462,9 @@ def read_stack_config(config: pulumi.Config) -> dict[str, Any]:
 
 def _keys_set(config: pulumi.Config) -> set[str]:
     # Config.get looks a key up in the runtime's map, then in PULUMI_CONFIG: list both. The SDK
-    # has no public call that lists keys.
+    # has no public call that lists keys, so this reads its internal `runtime.config.CONFIG`
+    # (a ContextVar holding the map set_all_config sets). tests/test_pulumi_project.py pins
+    # that internal to the SDK version of requirements.txt: re-check it when that changes.
     prefix = f"{config.name}:"
     names = {*pulumi.runtime.config.CONFIG.get(), *pulumi.runtime.get_config_env()}
     return {name.removeprefix(prefix) for name in names if name.startswith(prefix)}
@@ -508,7 +511,12 @@ def raw_stack_config(
     """``read_stack_config`` for Pulumi's config map outside a program (``pulumi config --json``).
 
     ``config_map`` and ``secret_keys`` use full keys (``kamaji-hami-lab:subnet``), as the CLI
-    passes them to a program; they become this process's runtime config.
+    passes them to a program. The SDK's runtime config is ContextVars, so they are set in a
+    copy of the current context only: the caller's own config is left as it was.
     """
-    pulumi.runtime.set_all_config(dict(config_map), list(secret_keys))
+    return contextvars.copy_context().run(_read_config_map, dict(config_map), list(secret_keys))
+
+
+def _read_config_map(config_map: dict[str, str], secret_keys: list[str]) -> dict[str, Any]:
+    pulumi.runtime.set_all_config(config_map, secret_keys)
     return read_stack_config(pulumi.Config(PROJECT))

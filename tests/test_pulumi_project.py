@@ -315,3 +315,65 @@ def test_the_oracle_rejects_bad_declarations(change: dict[str, Any], error: str)
     project = copy.deepcopy(load(PROJECT_FILE))
     project["config"]["kamaji-hami-lab:hamiSplitCount"] = change
     assert project_errors(project) == [error]
+
+
+# --- how the program reads its config through the SDK -------------------------------------------
+
+
+def _pinned_sdk_version() -> str:
+    pins = (PROJECT_DIR / "requirements.txt").read_text()
+    match = re.search(r"^pulumi==(\S+)$", pins, re.MULTILINE)
+    assert match, "requirements.txt pins no pulumi SDK"
+    return match.group(1)
+
+
+def test_the_sdk_internal_that_lists_config_keys_is_the_pinned_ones():
+    """Review 5: `_keys_set` reads pulumi.runtime.config.CONFIG, an SDK internal (no public
+    call lists keys). This pins what it relies on to the SDK of requirements.txt."""
+    import contextvars
+    from importlib.metadata import version
+
+    import pulumi
+    from pulumi.runtime import config as runtime_config
+
+    from components.config import PROJECT, _keys_set
+
+    pinned = _pinned_sdk_version()
+    hint = (
+        f"components/config.py:_keys_set relies on pulumi {pinned}'s internal "
+        "pulumi.runtime.config.CONFIG (a ContextVar of the map set_all_config sets); "
+        "re-check it against the installed SDK, then update this test's pin"
+    )
+    assert version("pulumi") == pinned, hint
+    assert isinstance(runtime_config.CONFIG, contextvars.ContextVar), hint
+
+    def keys_after_set_all_config() -> set[str]:
+        pulumi.runtime.set_all_config({f"{PROJECT}:subnet": "10.0.0.0/16", "other:key": "x"})
+        assert runtime_config.CONFIG.get() == {
+            f"{PROJECT}:subnet": "10.0.0.0/16",
+            "other:key": "x",
+        }, hint
+        return _keys_set(pulumi.Config(PROJECT))
+
+    assert contextvars.copy_context().run(keys_after_set_all_config) == {"subnet"}, hint
+
+
+def test_reading_a_config_map_leaves_the_callers_config_alone():
+    """Review 5: raw_stack_config (the preflight's `--stack` path, the config tests) reads a
+    map without replacing this process's runtime config or its secret keys."""
+    import contextvars
+
+    import pulumi
+    from pulumi.runtime import config as runtime_config
+
+    from components.config import PROJECT, raw_stack_config
+
+    def caller() -> None:
+        mine = {f"{PROJECT}:subnet": "10.9.0.0/16"}
+        pulumi.runtime.set_all_config(dict(mine), [f"{PROJECT}:subnet"])
+        read = raw_stack_config({f"{PROJECT}:networkName": "other-lab"})
+        assert read == {"networkName": "other-lab"}
+        assert runtime_config.CONFIG.get() == mine
+        assert pulumi.runtime.is_config_secret(f"{PROJECT}:subnet")
+
+    contextvars.copy_context().run(caller)
