@@ -37,6 +37,7 @@ from components.gpu_models import (
     model_table,
 )
 from components.kamaji_sources import kamaji_source
+from components.versions import kubernetes_minor
 
 PROJECT = "kamaji-hami-lab"
 
@@ -304,7 +305,7 @@ def _check_workers(cfg: LabConfig, tenant: TenantConfig, key: str) -> None:
                 f"{key}.workerImage",
                 f"{tenant.worker_image!r} must be a kindest/node image pinned by digest",
             )
-        if _minor(match.group(1)) != _minor(tenant.kubernetes_version):
+        if kubernetes_minor(match.group(1)) != kubernetes_minor(tenant.kubernetes_version):
             raise ConfigError(
                 f"{key}.workerImage",
                 f"{match.group(1)} does not match kubernetesVersion "
@@ -406,10 +407,6 @@ def _check_node_names(cfg: LabConfig) -> None:
                     f"worker {name!r} is also a worker of tenants[{owner[name]}]",
                 )
             owner[name] = index
-
-
-def _minor(version: str) -> int:
-    return int(version.split(".")[1])
 
 
 def parse_config(raw: Mapping[str, Any]) -> LabConfig:

@@ -28,6 +28,7 @@ from components.host_facts import (
     error_text,
     read_host_facts,
 )
+from components.versions import kubernetes_minor
 
 MIN_INOTIFY_INSTANCES = 1024
 MIN_INOTIFY_WATCHES = 524288
@@ -41,7 +42,8 @@ KIND_RELEASE = "v0.31.0"
 CONNTRACK_PER_CPU = 32768
 CONNTRACK_MIN = 131072
 CONNTRACK_CAP = 1048576
-CONNTRACK_CAP_SINCE_MINOR = 36
+CONNTRACK_CAP_SINCE = (1, 36)
+CONNTRACK_CAP_VERSION = "v{}.{}".format(*CONNTRACK_CAP_SINCE)
 
 SYSCTL_D = "/etc/sysctl.d/90-kamaji-hami-lab"
 HASHSIZE = "/sys/module/nf_conntrack/parameters/hashsize"
@@ -129,10 +131,6 @@ class Finding:
     fix: tuple[str, ...] = ()
 
 
-def _minor(version: str) -> int:
-    return int(version.lstrip("v").split(".")[1])
-
-
 def kube_proxy_conntrack_max(version: str, cpus: int) -> int:
     """The nf_conntrack_max kube-proxy of `version` writes on a host with `cpus` CPUs.
 
@@ -140,7 +138,7 @@ def kube_proxy_conntrack_max(version: str, cpus: int) -> int:
     fails and kube-proxy exits, so the host must already hold exactly this value.
     """
     scaled = CONNTRACK_PER_CPU * cpus
-    if _minor(version) >= CONNTRACK_CAP_SINCE_MINOR and scaled > CONNTRACK_CAP:
+    if kubernetes_minor(version) >= CONNTRACK_CAP_SINCE and scaled > CONNTRACK_CAP:
         return CONNTRACK_CAP
     return max(scaled, CONNTRACK_MIN)
 
@@ -162,8 +160,8 @@ def conntrack_findings(
                 f"tenant kube-proxies want different values on {cpus} CPUs ({claims}): "
                 "one group crash-loops whatever the host holds",
                 (
-                    f"give every tenant a version below v1.{CONNTRACK_CAP_SINCE_MINOR} or every "
-                    f"one v1.{CONNTRACK_CAP_SINCE_MINOR}+ (kube-proxy caps at {CONNTRACK_CAP} "
+                    f"give every tenant a version below {CONNTRACK_CAP_VERSION} or every "
+                    f"one {CONNTRACK_CAP_VERSION}+ (kube-proxy caps at {CONNTRACK_CAP} "
                     "from v1.36.0), or use a host with at most 32 CPUs",
                 ),
             )

@@ -45,6 +45,7 @@ from components.preflight_step import (
     preflight_update_command,
     project_python,
 )
+from components.versions import kubernetes_minor, minor_series
 
 LAB_NETWORK = DockerNetwork("kamaji-hami-lab", ("172.30.0.0/16",), "br-0123456789ab")
 DOCKER = DockerFacts(
@@ -812,3 +813,18 @@ def test_the_check_has_no_machine_specific_path(tmp_path: Path):
     assert "dir" not in check.inputs
     assert not check.inputs["create"].startswith("/")
     assert "main" not in yaml.safe_load((PROJECT_DIR / "Pulumi.yaml").read_text())
+
+
+@pytest.mark.parametrize(
+    ("version", "minor", "series"),
+    [("v1.35.0", (1, 35), "1.35"), ("1.36.3", (1, 36), "1.36"), ("v1.31", (1, 31), "1.31")],
+)
+def test_one_parser_names_a_kubernetes_minor(version: str, minor: tuple[int, int], series: str):
+    """Review 6: config (worker image vs kubernetesVersion), the preflight (kube-proxy's cap
+    from v1.36) and the remote scripts (pkgs.k8s.io/core:/stable:/v1.35) read the same minor."""
+    assert kubernetes_minor(version) == minor and minor_series(version) == series
+    from components import config
+
+    assert not hasattr(config, "_minor") and not hasattr(preflight, "_minor")
+    assert kube_proxy_conntrack_max("1.36.0", 40) == kube_proxy_conntrack_max("v1.36.0", 40)
+    assert preflight.CONNTRACK_CAP_VERSION == "v1.36"
