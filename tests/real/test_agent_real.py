@@ -467,14 +467,8 @@ def wait_for(condition: Callable[[], Any], what: str, lab: Lab, timeout: float =
 def registered(lab: Lab) -> dict | None:
     node = lab.admin.node(GPU_NODE)
     status = node.get("status", {})
-    gpus = status.get("capacity", {}).get("nvidia.com/gpu")
-    return (
-        node
-        if REGISTER in annotations(node)
-        and gpus
-        and status.get("allocatable", {}).get("nvidia.com/gpu")
-        else None
-    )
+    gpus = [status.get(part, {}).get("nvidia.com/gpu") for part in ("capacity", "allocatable")]
+    return node if REGISTER in annotations(node) and all(gpus) else None
 
 
 def allocate(lab: Lab, pods: list[str]) -> dict[str, str]:
@@ -521,6 +515,16 @@ def test_registers_the_configured_node_only_and_keeps_the_kubelets_capacity(lab)
     assert REGISTER not in annotations(other)
     assert "nvidia.com/gpu" not in other["status"]["capacity"]
     assert lab.agent.popen.poll() is None
+    status = process_status(lab.agent.popen.pid)
+    assert status["Uid"].split() == status["Gid"].split() == [str(NOBODY)] * 4
+    assert (status["Groups"], status["CapEff"]) == ("", "0000000000000000")
+    cmdline = Path(f"/proc/{lab.agent.popen.pid}/cmdline").read_bytes().split(b"\0")
+    assert cmdline[:3] == [PYTHON.encode(), b"-m", b"gpu_agent"]  # in-cluster: no --api-url
+
+
+def process_status(pid: int) -> dict[str, str]:
+    lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    return dict((key, value.strip()) for key, _, value in (line.partition(":") for line in lines))
 
 
 @pytest.mark.upstream("k8s-status-merge-patch-keeps-siblings")
@@ -711,11 +715,24 @@ def test_lock_release_retries_after_a_real_409(lab):
     agent = in_process_agent(lab.plane)
     agent.apply("nodes", {"type": "ADDED", "object": locked})
     agent.apply("pods", {"type": "ADDED", "object": admin.pod("conflict")})
+    since = time.time()
     summary = agent.flush()
+    time.sleep(1)  # the audit log is written as requests complete
 
     assert (summary.completed, summary.errors) == ([f"{WORK_NS}/conflict"], [])
     assert summary.released == [f"{STALE_NODE} {WORK_NS}/conflict allocated"]
     assert LOCK not in annotations(admin.node(STALE_NODE))
+    calls = [
+        (request_kind(e), e["responseStatus"]["code"])
+        for e in sorted(agent_audit(lab.plane, since, time.time()), key=received)
+        if (e.get("objectRef") or {}).get("name") in (STALE_NODE, "conflict")  # not the process
+    ]
+    assert calls == [
+        ("patch pods", 200),
+        ("patch nodes", 409),  # the precondition met the label write
+        ("get nodes", 200),
+        ("patch nodes", 200),
+    ]
 
 
 def assert_resume_from_compacted_version_relists(plane: ControlPlane, version: str) -> None:
