@@ -143,9 +143,10 @@ if ! $SUDO grep -q 'SystemdCgroup' {config}; then
     *) runc_options="" ;;
   esac
   if [ -n "$runc_options" ]; then
-    $SUDO awk -v q="'" -v table="$runc_options" {shlex.quote(ADD_SYSTEMD_CGROUP_AWK)} \\
-      {config} | $SUDO tee {config}.new >/dev/null
-    $SUDO mv {config}.new {config}
+    # an assignment: a failing awk stops the script (set -e) before the file is rewritten
+    merged=$($SUDO awk -v q="'" -v table="$runc_options" {shlex.quote(ADD_SYSTEMD_CGROUP_AWK)} \\
+      {config})
+    printf '%s\\n' "$merged" | $SUDO tee {config} >/dev/null
   fi
 fi
 drop_cri="s/[\\"'][^\\"']*cri[^\\"']*[\\"'] *,\\{{0,1\\}} *//g; s/, *]/]/"
