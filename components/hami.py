@@ -10,6 +10,7 @@ import pulumi_kubernetes as k8s
 
 from components.config import TenantConfig
 from components.helm import pinned_release
+from components.node_labels import GPU_NODE_LABELS
 
 NAMESPACE = "kube-system"
 CHART_REPO = "https://project-hami.github.io/HAMi/"
@@ -59,7 +60,7 @@ def device_plugin_values(tenant: TenantConfig, split_count: int) -> dict[str, An
     plugin: dict[str, Any] = {
         "enabled": tenant.gpu_mode != "simulated",
         "deviceSplitCount": split_count,
-        "nvidiaNodeSelector": {"gpu": "on"},
+        "nvidiaNodeSelector": dict(GPU_NODE_LABELS),  # what the workers register with
     }
     if tenant.gpu_mode == "nvml-mock":
         # The real plugin loads NVIDIA's fake libnvidia-ml from the driver root nvml-mock lays out.
