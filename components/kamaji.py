@@ -1,7 +1,7 @@
 """cert-manager, then Kamaji's CRDs and Kamaji with its bundled single-member etcd.
 
 Kamaji's charts come from the git tag of the image that runs (components/kamaji_chart.py),
-fetched by the program into a per-user cache.
+fetched by the program into the checkout's cache.
 The CRDs are their own release of the tag's `kamaji-crds` chart: Helm installs a chart's
 `crds/` once and never upgrades them, so with the CRDs inside the Kamaji release a later
 `kamajiImageTag` would run a new controller on old CRDs.
@@ -17,7 +17,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.helm import local_chart_release, pinned_release
-from components.kamaji_chart import ensure_chart_cache
+from components.kamaji_chart import ensure_chart_cache, release_chart_path
 from components.kamaji_sources import kamaji_source
 
 # Kamaji's CRD CA injection is hard-wired to kamaji-system/kamaji-serving-cert.
@@ -108,11 +108,11 @@ class Kamaji(pulumi.ComponentResource):
         )
         # At program time, in preview too, on whichever machine runs the program: the
         # releases' Check loads the charts whenever their path is known. Fetched once per
-        # machine; never deleted, as another stack of the same Kamaji release may use it.
-        charts_dir = str(ensure_chart_cache(source))
+        # checkout; never deleted, as another stack of the same Kamaji release may use it.
+        charts_dir = ensure_chart_cache(source)
         self.crds = local_chart_release(
             f"{name}-crds",
-            chart_dir=f"{charts_dir}/kamaji-crds",
+            chart_dir=release_chart_path(charts_dir, "kamaji-crds"),
             release_name="kamaji-crds",
             namespace=KAMAJI_NAMESPACE,
             values=crds_values(),
@@ -122,7 +122,7 @@ class Kamaji(pulumi.ComponentResource):
         )
         self.release = local_chart_release(
             f"{name}-chart",
-            chart_dir=f"{charts_dir}/kamaji",
+            chart_dir=release_chart_path(charts_dir, "kamaji"),
             release_name=KAMAJI_RELEASE,
             namespace=KAMAJI_NAMESPACE,
             values=kamaji_values(args.image_tag, args.etcd_replicas, args.etcd_volume_size),

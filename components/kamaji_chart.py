@@ -30,11 +30,25 @@ class ChartFetchFailed(RuntimeError):
     """The pinned charts could not be put into the cache; the message says why."""
 
 
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+CACHE_IN_PROJECT = Path(".cache/kamaji-charts")  # gitignored
+
+
 def default_cache_root() -> Path:
-    """Shared by every checkout and stack of this user: keyed by commit, so a tag that moves
-    cannot change what a stack installs."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "kamaji-hami-lab" / "kamaji"
+    """In the checkout, keyed by commit (a tag that moves cannot change what a stack installs):
+    the releases can then name their charts relative to the project (`release_chart_path`)."""
+    return PROJECT_DIR / CACHE_IN_PROJECT
+
+
+def release_chart_path(charts_dir: Path, chart: str, project_dir: Path = PROJECT_DIR) -> str:
+    """The Release's `chart`: relative to the project when the cache is in it, so every
+    checkout and machine (CI's preview too) sends the same input and plans no update. The
+    provider resolves it from its working directory, the project's root; the `./` makes
+    Helm take it as a path, never as a repository chart name."""
+    path = charts_dir / chart
+    if path.is_relative_to(project_dir):
+        return f"./{path.relative_to(project_dir)}"
+    return str(path)
 
 
 def fetch_environment(source: KamajiSource, cache_root: Path) -> dict[str, str]:

@@ -35,12 +35,15 @@ from components.kamaji import (
     quantity_bytes,
 )
 from components.kamaji_chart import (
+    CACHE_IN_PROJECT,
     KAMAJI_GIT_URL,
+    PROJECT_DIR,
     ChartFetchFailed,
     chart_fetch_script,
     default_cache_root,
     ensure_chart_cache,
     fetch_environment,
+    release_chart_path,
 )
 from components.kamaji_sources import KAMAJI_SOURCES, kamaji_source
 from components.management import cluster_identity
@@ -724,12 +727,23 @@ def test_concurrent_runs_fetch_the_charts_once(tmp_path: Path, monkeypatch: pyte
     assert sum(call.startswith("git clone ") for call in _calls(log)) == 1
 
 
-def test_the_default_cache_follows_xdg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    assert default_cache_root() == tmp_path / "kamaji-hami-lab" / "kamaji"
-    monkeypatch.delenv("XDG_CACHE_HOME")
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    assert default_cache_root() == tmp_path / "home" / ".cache" / "kamaji-hami-lab" / "kamaji"
+@pytest.mark.upstream("pulumi-k8s-release-relative-chart-path")
+def test_the_chart_path_is_the_same_in_every_checkout(tmp_path: Path):
+    """M3 (review 3, 4): the cache is in the checkout and the Release names its chart relative
+    to the project, which the provider resolves from the project's root: another checkout or
+    CI's preview sends the same `chart` and plans no update of the releases."""
+    for checkout in (tmp_path / "alice/lab", tmp_path / "runner/work/lab"):
+        cache = checkout / CACHE_IN_PROJECT / SOURCE.commit
+        assert release_chart_path(cache, "kamaji", checkout) == (
+            f"./.cache/kamaji-charts/{SOURCE.commit}/kamaji"
+        )
+    elsewhere = tmp_path / "cache" / SOURCE.commit
+    assert release_chart_path(elsewhere, "kamaji-crds", tmp_path / "lab") == str(
+        elsewhere / "kamaji-crds"
+    )
+    assert default_cache_root() == PROJECT_DIR / ".cache/kamaji-charts"
+    ignored = (PROJECT_DIR / ".gitignore").read_text().splitlines()
+    assert "/.cache/" in ignored, "the chart cache must be gitignored"
 
 
 @pytest.mark.upstream(
