@@ -11,6 +11,7 @@ from __future__ import annotations
 import shlex
 
 from components.scripts import KUBECONFIG_PRELUDE, SET_NODE_LABELS_COMMAND, STRICT
+from components.versions import kubernetes_minor, minor_series
 
 # Root or passwordless sudo: a prompt would hang a non-interactive SSH session.
 AS_ROOT = 'SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo -n"\n'
@@ -21,19 +22,14 @@ CONTAINERD_CONFIG = "/etc/containerd/config.toml"
 FIRST_MINOR_WITHOUT_CONTAINERD_1 = (1, 36)
 
 
-def _minor(version: str) -> str:
-    return ".".join(version.lstrip("v").split(".")[:2])
-
-
 def required_containerd_major(kubernetes_version: str) -> int:
-    major, minor = (int(part) for part in _minor(kubernetes_version).split("."))
-    return 2 if (major, minor) >= FIRST_MINOR_WITHOUT_CONTAINERD_1 else 1
+    return 2 if kubernetes_minor(kubernetes_version) >= FIRST_MINOR_WITHOUT_CONTAINERD_1 else 1
 
 
 def prepare_script(node_name: str, kubernetes_version: str, gpu_mode: str) -> str:
     """Kernel settings, containerd and kubeadm/kubelet at the tenant's exact version; GPU report."""
     version = kubernetes_version.lstrip("v")
-    minor = _minor(kubernetes_version)
+    minor = minor_series(kubernetes_version)
     node = shlex.quote(node_name)
     return (
         STRICT

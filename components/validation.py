@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shlex
-import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,7 +12,7 @@ import pulumi_command as command
 from components.config import LabConfig
 from components.hami import QUOTA_NAME, QUOTA_NAMESPACE
 from components.netplan import NetworkPlan
-from components.preflight_step import PROJECT_DIR
+from components.preflight_step import project_python
 from components.tenant import API_PORT
 
 TOOLS_IMAGE = "busybox:1.37.0"
@@ -71,7 +70,8 @@ def labcheck_spec(
     }
 
 
-def labcheck_command(report_dir: str, python: str = sys.executable) -> str:
+def labcheck_command(report_dir: str, python: str | None = None) -> str:
+    python = python or project_python()
     return (
         f"{shlex.quote(python)} -m labcheck --spec-env LABCHECK_SPEC "
         f"--report-dir {shlex.quote(report_dir)}"
@@ -94,7 +94,8 @@ class Validation(pulumi.ComponentResource):
         self.run = command.local.Command(
             f"{name}-labcheck",
             create=labcheck_command(args.report_dir),
-            dir=str(PROJECT_DIR),
+            # No `dir`: pulumi-command runs in the project root, where the engine starts its
+            # provider, so every checkout plans the same input.
             environment={"LABCHECK_SPEC": pulumi.Output.secret(args.spec_json)},
             # Any change to the lab's parts replaces this step, so it runs again.
             triggers=args.triggers,
