@@ -204,6 +204,7 @@ def _management(cfg: LabConfig, network: LabNetwork | None) -> Management:
             cluster_name=cfg.management_cluster_name,
             node_image=cfg.management_node_image,
             network_name=network.name,
+            proxy=cfg.proxy,
         ),
     )
 

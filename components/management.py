@@ -8,6 +8,7 @@ import pulumi
 import pulumi_command as command
 import pulumi_kubernetes as k8s
 
+from components.config import ProxyConfig
 from components.scripts import kind_cluster_config, kind_create_script, kind_delete_script
 
 
@@ -16,6 +17,25 @@ class ManagementClusterArgs:
     cluster_name: str
     node_image: str  # pinned by digest (config validates it)
     network_name: pulumi.Input[str]
+    proxy: ProxyConfig  # the stack's `proxy` config, as the workers get it
+
+
+def kind_proxy_environment(proxy: ProxyConfig) -> dict[str, pulumi.Input[str]]:
+    """The stack's proxy for kind, which hands HTTP(S)_PROXY and NO_PROXY to its node containers.
+
+    kind reads each variable from its own environment (upper case, else lower case), and
+    pulumi-command runs the script with the provider's environment, the shell's proxy included,
+    with these entries appended (the last one of a name wins). So all six are set, empty when
+    not configured: kind reads an empty value as unset. NO_PROXY is the configured list alone:
+    kind adds the lab network's subnets, the node names, its pod and service subnets and the
+    `.svc` domains itself. A set value is secret, as a proxy URL may carry credentials.
+    """
+    values = {"HTTP_PROXY": proxy.http, "HTTPS_PROXY": proxy.https, "NO_PROXY": proxy.no_proxy}
+    return {
+        key: pulumi.Output.secret(value) if value else ""
+        for name, value in values.items()
+        for key in (name, name.lower())
+    }
 
 
 def kind_environment(args: ManagementClusterArgs) -> dict[str, pulumi.Input[str]]:
@@ -26,6 +46,9 @@ def kind_environment(args: ManagementClusterArgs) -> dict[str, pulumi.Input[str]
         # Undocumented but stable: kind joins this network (ours, IPv4 only) instead of
         # creating its dual-stack `kind` network. kind prints a warning about it.
         "KIND_EXPERIMENTAL_DOCKER_NETWORK": args.network_name,
+        # Not a trigger: a proxy change is an update, whose re-run `create` reuses the running
+        # cluster, so it does not reach an existing kind node; only a new cluster gets it.
+        **kind_proxy_environment(args.proxy),
     }
 
 
