@@ -65,8 +65,9 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
+# One pytest worker per core (pytest-xdist): every hermetic test is independent of the others.
 test: lint
-	$(PY) -m pytest
+	$(PY) -m pytest -n auto
 
 # Against real programs (Pulumi CLI, kube-apiserver, etcd, kwok, ...) built from the Go module
 # proxy into ${XDG_CACHE_HOME:-~/.cache}/kamaji-hami-lab/real: cold ~25 min, cached seconds.
