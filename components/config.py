@@ -121,10 +121,11 @@ class RemoteWorker(_Model):
 
 
 class ProxyConfig(_Model):
-    """The proxy the worker containers pull images through; none by default.
+    """The proxy the worker containers and the kind cluster pull images through; none by default.
 
     Taken from the stack config only, never from the environment of whoever runs Pulumi: the
     workers' environment is ForceNew, so a stray HTTPS_PROXY in one shell would replace them.
+    kind's Command environment is no trigger: a change reaches only a cluster created later.
     """
 
     http: str = ""
