@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pulumi
 import pytest
 
 from components.config import ConfigError, parse_config, raw_stack_config
@@ -408,3 +409,80 @@ def test_the_raw_reader_reads_every_project_key_between_foreign_ones():
     assert raw == {"hamiSplitCount": 7, "preflight": False, "tenants": [{"name": "a"}]}
     cfg = parse_config(raw)
     assert (cfg.hami_split_count, cfg.preflight) == (7, False)
+
+
+def test_the_raw_reader_reads_this_project_whatever_project_the_process_runs(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    # The preflight reads the stack's map outside a program, where the SDK's project is unset.
+    monkeypatch.setattr(pulumi.runtime.settings.SETTINGS, "project", "other-project")
+    raw = raw_stack_config({"kamaji-hami-lab:subnet": "10.0.0.0/24", "other-project:subnet": "x"})
+    assert raw == {"subnet": "10.0.0.0/24"}
+
+
+def test_the_raw_reader_keeps_the_secret_keys_it_is_given():
+    key = "kamaji-hami-lab:sshPrivateKey"
+    raw = raw_stack_config({key: "-----BEGIN KEY-----"}, secret_keys=[key])
+    assert raw["sshPrivateKey"].get_secret_value() == "-----BEGIN KEY-----"
+    with pytest.raises(ConfigError, match=r"^sshPrivateKey: is a secret: set it with pulumi"):
+        raw_stack_config({key: "-----BEGIN KEY-----"})
+    empty = raw_stack_config({key: ""}, secret_keys=[key])  # set, but empty: stays empty
+    assert empty["sshPrivateKey"].get_secret_value() == ""
+
+
+# --- what mutation testing found unpinned (issue 13) ------------------------------------------
+
+
+def test_a_custom_card_and_a_known_one_keep_the_cores_given():
+    gpus = [{"model": "RTX", "memoryMb": 2048, "cores": 50}, {"model": "L4", "cores": 30}]
+    cards = parse_config(tenant(gpus=gpus)).tenants[0].cards
+    assert [(c.product, c.memory_mb, c.cores) for c in cards] == [
+        ("RTX", 2048, 50),
+        ("NVIDIA L4", 23034, 30),
+    ]
+
+
+@pytest.mark.parametrize("gpus", [[], [{"model": "L4"}, {"model": "L4"}]])
+def test_nvml_mock_needs_exactly_one_gpu_entry(gpus: list):
+    refused(
+        tenant(gpuMode="nvml-mock", gpus=gpus),
+        "tenants[0].gpus",
+        "nvml-mock simulates one card model per node from its profiles: give exactly one entry",
+    )
+
+
+@pytest.mark.parametrize(
+    ("raw", "key", "message"),
+    [
+        ({"gateway": "fd00::1"}, "gateway", "'fd00::1' is IPv6; the lab network is IPv4 only"),
+        ({"gateway": "x"}, "gateway", "'x' is not an IP address"),
+        ({"containerRange": "x"}, "containerRange", "'x' is not a network in CIDR form"),
+        ({"poolRange": "x-10.0.0.200"}, "poolRange", "'x' is not an IP address"),
+        ({"poolRange": "10.0.0.200-fd00::1"}, "poolRange", "'fd00::1' is IPv6"),
+        (
+            {"poolRange": "10.0.0.200-10.0.0.201-10.0.0.202"},
+            "poolRange",
+            "'10.0.0.201-10.0.0.202' is not an IP address",  # split at the first '-'
+        ),
+    ],
+)
+def test_each_network_key_is_named_with_what_is_wrong(raw: dict, key: str, message: str):
+    refused({**tenant(), **SUBNET, **raw}, key, message)
+
+
+@pytest.mark.parametrize(
+    ("fields", "key"),
+    [
+        ({"serviceCidr": "x"}, "tenants[0].serviceCidr"),
+        ({"podCidr": "x"}, "tenants[0].podCidr"),
+        ({"address": "x"}, "tenants[0].address"),
+    ],
+)
+def test_each_tenant_network_key_is_named(fields: dict, key: str):
+    refused(tenant(**fields), key, "'x' is not")
+
+
+def test_a_four_address_subnet_is_judged_by_its_container_range():
+    # Four addresses pass the size floor; the half kept for containers then holds too few.
+    refused({**tenant(), "subnet": "10.0.0.0/30"}, "subnet", "10.0.0.0/31 holds 2 addresses")
+    refused({**tenant(), "subnet": "10.0.0.0/31"}, "subnet", "10.0.0.0/31 is too small")
