@@ -486,3 +486,27 @@ def test_a_four_address_subnet_is_judged_by_its_container_range():
     # Four addresses pass the size floor; the half kept for containers then holds too few.
     refused({**tenant(), "subnet": "10.0.0.0/30"}, "subnet", "10.0.0.0/31 holds 2 addresses")
     refused({**tenant(), "subnet": "10.0.0.0/31"}, "subnet", "10.0.0.0/31 is too small")
+
+
+def test_a_default_pool_too_small_for_the_tenants_names_the_subnet():
+    hosts = [{"name": f"g{i}", "host": f"h{i}"} for i in range(8)]
+    tenants = [
+        {"name": f"t{i}", "workerMode": "remote", "remoteWorkers": [host]}
+        for i, host in enumerate(hosts)
+    ]
+    refused(
+        {"tenants": tenants, "subnet": "10.0.0.0/28", **SSH},
+        "subnet",
+        "pool 10.0.0.8-10.0.0.14 has 7 addresses for 8 tenants",
+    )
+
+
+def test_a_pool_ending_on_the_container_ranges_first_address_overlaps_it():
+    raw = {**tenant(), **SUBNET, "containerRange": "10.0.0.64/26"}
+    refused(
+        {**raw, "poolRange": "10.0.0.50-10.0.0.64"},
+        "poolRange",
+        "pool overlaps the container range 10.0.0.64/26",
+    )
+    plan = plan_network(parse_config({**raw, "poolRange": "10.0.0.50-10.0.0.63"}))
+    assert plan.pool_range == "10.0.0.50-10.0.0.63"
