@@ -442,7 +442,7 @@ def test_a_custom_card_and_a_known_one_keep_the_cores_given():
     ]
 
 
-@pytest.mark.parametrize("gpus", [[], [{"model": "L4"}, {"model": "L4"}]])
+@pytest.mark.parametrize("gpus", [[], [{"model": "T4"}, {"model": "T4"}], [{"model": "L4"}]])
 def test_nvml_mock_needs_exactly_one_gpu_entry(gpus: list):
     refused(
         tenant(gpuMode="nvml-mock", gpus=gpus),
@@ -510,3 +510,9 @@ def test_a_pool_ending_on_the_container_ranges_first_address_overlaps_it():
     )
     plan = plan_network(parse_config({**raw, "poolRange": "10.0.0.50-10.0.0.63"}))
     assert plan.pool_range == "10.0.0.50-10.0.0.63"
+
+
+def test_a_duplicate_tenant_names_the_first_one_too():
+    with pytest.raises(ConfigError) as info:
+        parse_config({"tenants": [{"name": "b"}, {"name": "a"}, {"name": "a"}]})
+    assert str(info.value) == "tenants[2].name: duplicate tenant name 'a' (also tenants[1])"
