@@ -70,7 +70,7 @@ test: lint
 	$(PY) -m pytest -n auto
 
 # Against real programs (Pulumi CLI, kube-apiserver, etcd, kwok, ...) built from the Go module
-# proxy into ${XDG_CACHE_HOME:-~/.cache}/kamaji-hami-lab/real: cold ~25 min, cached seconds.
+# proxy into ${XDG_CACHE_HOME:-~/.cache}/kamaji-hami-lab/real: cold ~30 min, cached seconds.
 test-real: $(VENV)/.installed
 	$(PY) tests/real/binaries.py
 	$(PY) -m pytest tests/real
