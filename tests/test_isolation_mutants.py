@@ -235,11 +235,20 @@ def test_placement_counts_live_gpu_pods_and_ignores_pods_without_the_annotation(
 
 def test_placement_on_a_foreign_vgpu_node_fails_even_when_bound_at_home():
     lab = standard_lab()
-    live_pods(lab, [gpu_pod("stray", "tenant-b-worker-1", "tenant-a-worker-1")])
+    live_pods(
+        lab,
+        [
+            gpu_pod("stray", "tenant-b-worker-1", "tenant-a-worker-1"),
+            gpu_pod("stray-pending", "tenant-b-worker-1", None),
+        ],
+    )
     res = result(lab, "isolation.gpu-placement")
     assert res.status is Status.FAIL
     assert res.expected == "GPU pods only on ['tenant-a-worker-1']"
-    assert res.seen == "[('stray', 'tenant-b-worker-1', 'tenant-a-worker-1')]"
+    assert res.seen == (
+        "[('stray', 'tenant-b-worker-1', 'tenant-a-worker-1'), "
+        "('stray-pending', 'tenant-b-worker-1', '')]"
+    )
     assert res.cause == PLACEMENT_CAUSE
 
 
