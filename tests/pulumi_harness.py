@@ -350,6 +350,9 @@ def run_program(
     try:
         os.chdir(PROJECT_DIR)
         mocks = LabMocks(preview, _in_state(existing))
+        # set_mocks makes a root Stack only when there is none: without this, every run in a
+        # process parented its components to the first run's stack (seen in the snapshots).
+        pulumi.runtime.settings.ROOT.set(None)
         pulumi.runtime.set_mocks(
             mocks,
             project=PROJECT,
