@@ -37,7 +37,7 @@ up-ready:
 up: up-ready $(VENV)/.installed
 	mkdir -p $(STATE_DIR)
 	pulumi stack select --create $(STACK)
-	$(PY) -m components.preflight --stack $(STACK)
+	$(PY) -m preflight --stack $(STACK)
 	pulumi up --stack $(STACK) $(ARGS)
 
 preview-ready:
@@ -77,7 +77,7 @@ test-real: $(VENV)/.installed
 
 # Mutation testing of the core modules ([tool.mutmut] in pyproject.toml) on a fresh copy in
 # mutants/; survivors judged equivalent are listed in tests/mutation-survivors.md. One module:
-# make mutation MUTANTS='components.config.*'. Too slow for CI on 2 cores (README, Tests).
+# make mutation MUTANTS='labconfig.model.*'. Too slow for CI on 2 cores (README, Tests).
 MUTATION_CHILDREN ?= 2
 mutation: $(VENV)/.installed
 	rm -rf mutants

@@ -5,9 +5,11 @@ import sys
 
 import pulumi
 
-from components.config import ConfigError, parse_config, read_stack_config
 from components.lab import build_lab
 from components.outputs import stack_outputs
+from labconfig.model import ConfigError
+from labconfig.parse import parse_config
+from labconfig.stack import read_stack_config
 
 try:
     # Through pulumi.Config: the same under the CLI and an Automation API inline program.

@@ -16,28 +16,28 @@ from typing import Any
 
 import pulumi
 
-from components.cni import Flannel, FlannelArgs
-from components.config import LabConfig, TenantConfig
-from components.gpu_models import node_inventory
-from components.gpu_nodes import GpuNodes, GpuNodesArgs
-from components.hami import Hami, HamiArgs
-from components.kamaji import Kamaji, KamajiArgs
-from components.management import (
+from components.platform.host_preflight import HostPreflight, HostPreflightArgs
+from components.platform.kamaji import Kamaji, KamajiArgs
+from components.platform.management import (
     ExistingClusterArgs,
     ExistingManagementCluster,
     ManagementCluster,
     ManagementClusterArgs,
 )
-from components.metallb import MetalLB, MetalLBArgs
-from components.netplan import NetworkPlan, plan_network
-from components.network import LabNetwork, LabNetworkArgs
-from components.preflight import host_plan
-from components.preflight_step import HostPreflight, HostPreflightArgs
-from components.remote_workers import RemoteWorkerPool, RemoteWorkerPoolArgs
-from components.simulated_gpus import SimulatedGpus, SimulatedGpusArgs
-from components.tenant import Tenant, TenantArgs
+from components.platform.metallb import MetalLB, MetalLBArgs
+from components.platform.network import LabNetwork, LabNetworkArgs
+from components.tenant.cni import Flannel, FlannelArgs
+from components.tenant.control_plane import Tenant, TenantArgs
+from components.tenant.gpu_nodes import GpuNodes, GpuNodesArgs
+from components.tenant.hami import Hami, HamiArgs
+from components.tenant.remote_workers import RemoteWorkerPool, RemoteWorkerPoolArgs
+from components.tenant.simulated_gpus import SimulatedGpus, SimulatedGpusArgs
+from components.tenant.workers import WorkerPool, WorkerPoolArgs
 from components.validation import Validation, ValidationArgs, labcheck_spec
-from components.workers import WorkerPool, WorkerPoolArgs
+from labconfig.addresses import NetworkPlan, plan_network
+from labconfig.gpu_models import node_inventory
+from labconfig.model import LabConfig, TenantConfig
+from planning.host_plan import host_plan
 
 Management = ManagementCluster | ExistingManagementCluster
 Workers = WorkerPool | RemoteWorkerPool

@@ -6,9 +6,9 @@ from typing import Any
 
 import pulumi
 
-from components.config import LabConfig
-from components.footprint import lab_footprint
 from components.lab import Lab
+from labconfig.model import LabConfig
+from planning.footprint import lab_footprint
 
 
 def gpu_inventory(inventory: dict[str, list[dict[str, Any]]], split: int) -> dict[str, list[str]]:

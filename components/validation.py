@@ -9,11 +9,11 @@ from typing import Any
 import pulumi
 import pulumi_command as command
 
-from components.config import LabConfig
-from components.hami import QUOTA_NAME, QUOTA_NAMESPACE
-from components.netplan import NetworkPlan
-from components.preflight_step import project_python
-from components.tenant import API_PORT
+from components.platform.host_preflight import project_python
+from components.tenant.control_plane import API_PORT
+from components.tenant.hami import QUOTA_NAME, QUOTA_NAMESPACE
+from labconfig.addresses import NetworkPlan
+from labconfig.model import LabConfig
 
 TOOLS_IMAGE = "busybox:1.37.0"
 GPU_TEST_IMAGE = "registry.k8s.io/pause:3.10"

@@ -15,8 +15,8 @@ def kamaji_charts_already_cached(tmp_path_factory: pytest.TempPathFactory):
     """Every program run finds the pinned Kamaji charts in a cache of its own, as on a machine
     that fetched them before: no test reaches GitHub or the user's real cache.
     tests/test_platform.py runs the fetch itself against fake git and helm."""
-    from components import kamaji_chart
-    from components.kamaji_sources import KAMAJI_SOURCES
+    from components.platform import kamaji_chart
+    from labconfig.kamaji_sources import KAMAJI_SOURCES
 
     root = tmp_path_factory.mktemp("kamaji-chart-cache")
     for source in KAMAJI_SOURCES.values():

@@ -21,14 +21,9 @@ from pulumi_harness import (
 )
 from pydantic import SecretStr
 
-from components.config import (
-    SECRET_KEYS,
-    ConfigError,
-    LabConfig,
-    ProxyConfig,
-    parse_config,
-    read_stack_config,
-)
+from labconfig.model import ConfigError, LabConfig, ProxyConfig
+from labconfig.parse import parse_config
+from labconfig.stack import SECRET_KEYS, read_stack_config
 
 LAB = lab_stack_config()
 

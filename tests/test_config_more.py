@@ -14,14 +14,9 @@ import pytest
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from pulumi_harness import run_program, stack_config
 
-from components.config import (
-    ConfigError,
-    TenantConfig,
-    kind_node_container,
-    nvml_mock_profile,
-    parse_config,
-)
-from components.gpu_models import hami_card_type
+from labconfig.gpu_models import hami_card_type
+from labconfig.model import ConfigError, TenantConfig, kind_node_container, nvml_mock_profile
+from labconfig.parse import parse_config
 
 SSH = {"sshPrivateKey": "-----BEGIN OPENSSH PRIVATE KEY-----\nx\n"}
 

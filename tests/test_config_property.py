@@ -17,9 +17,11 @@ from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 from pulumi_harness import config_env, run_program
 
-from components.config import ConfigError, LabConfig, parse_config, raw_stack_config
-from components.gpu_models import KNOWN_GPU_MODELS
-from components.netplan import plan_network
+from labconfig.addresses import plan_network
+from labconfig.gpu_models import KNOWN_GPU_MODELS
+from labconfig.model import ConfigError, LabConfig
+from labconfig.parse import parse_config
+from labconfig.stack import raw_stack_config
 
 SCALARS = st.one_of(
     st.none(), st.booleans(), st.integers(-5, 100), st.floats(allow_nan=False), st.text(max_size=8)
@@ -247,7 +249,7 @@ def test_program_registers_one_control_plane_per_tenant_and_one_container_per_wo
 
 def broken_network_rules(raw: dict[str, Any]) -> set[str]:
     """The keys a near-valid config breaks, from the rules as README and Pulumi.yaml state them
-    (not from components/netplan.py): the container range is the subnet's lower half and holds
+    (not from labconfig/addresses.py): the container range is the subnet's lower half and holds
     the workers plus 4; the gateway is the subnet's first host; the default pool is the 50
     addresses below the broadcast, above the container range; a poolRange lies in the subnet
     off its first and last address, off the container range and the gateway, and holds one

@@ -1,7 +1,7 @@
 """Each config rule, at its edge: the value just allowed passes, the one just past is named.
 
 Written against the rules as the docs state them (Pulumi.yaml, README's config section), so that
-deleting or loosening a rule in components/config.py or components/netplan.py fails a test
+deleting or loosening a rule in labconfig/model.py or labconfig/addresses.py fails a test
 (issue 13: mutation testing found these rules unpinned).
 """
 
@@ -12,8 +12,10 @@ from typing import Any
 import pulumi
 import pytest
 
-from components.config import ConfigError, parse_config, raw_stack_config
-from components.netplan import plan_network
+from labconfig.addresses import plan_network
+from labconfig.model import ConfigError
+from labconfig.parse import parse_config
+from labconfig.stack import raw_stack_config
 
 SSH = {"sshPrivateKey": "-----BEGIN OPENSSH PRIVATE KEY-----\nx\n"}
 DIGEST = "sha256:" + "0123456789abcdef" * 4

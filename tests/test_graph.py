@@ -17,8 +17,8 @@ from pulumi_harness import (
     run_program,
 )
 
-import components.tenant
-from components.tenant import admin_kubeconfig_secret_name
+import components.tenant.control_plane
+from components.tenant.control_plane import admin_kubeconfig_secret_name
 
 LAB = lab_stack_config()
 
@@ -251,7 +251,7 @@ def test_a_literal_secret_id_fails_that_preview_as_the_engine_does(monkeypatch):
     def literal_id(tenant_name: str, _gate_id):
         return f"{tenant_name}/{admin_kubeconfig_secret_name(tenant_name)}"
 
-    monkeypatch.setattr(components.tenant, "admin_kubeconfig_secret_id", literal_id)
+    monkeypatch.setattr(components.tenant.control_plane, "admin_kubeconfig_secret_id", literal_id)
     with pytest.raises(
         MissingResource,
         match=r"^resource 'tenant-[ab]/tenant-[ab]-admin-kubeconfig' does not exist$",

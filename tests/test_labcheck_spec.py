@@ -170,7 +170,7 @@ def test_load_from_file_and_env(tmp_path):
 
 def test_hami_namespace_defaults_to_where_the_lab_installs_hami():
     """T11: labcheck looks for the webhook Service in the namespace the lab's release uses."""
-    from components.hami import NAMESPACE
+    from components.tenant.hami import NAMESPACE
 
     spec = parse_spec(lab_spec())
     assert spec.tenants[0].hami_namespace == NAMESPACE == "kube-system"

@@ -111,7 +111,7 @@ def test_up_runs_the_preflight_before_pulumi_up(tmp_path: Path):
     assert done.returncode == 0, done.stderr
     assert log.read_text().splitlines() == [
         "pulumi stack select --create lab [unreachable=unset]",
-        "python -m components.preflight --stack lab [unreachable=unset]",
+        "python -m preflight --stack lab [unreachable=unset]",
         "pulumi up --stack lab [unreachable=unset]",
     ]
     assert (tmp_path / "home" / ".pulumi-kamaji-hami-lab").is_dir()
@@ -123,7 +123,7 @@ def test_a_failed_preflight_stops_make_up_before_pulumi_up(tmp_path: Path):
     ready_venv(tmp_path, log, preflight_exit=1)
     done = make("up", tmp_path, bin_dir, PULUMI_CONFIG_PASSPHRASE="x")
     assert done.returncode == 2
-    assert log.read_text().splitlines()[-1].startswith("python -m components.preflight")
+    assert log.read_text().splitlines()[-1].startswith("python -m preflight")
 
 
 @pytest.mark.upstream(

@@ -6,8 +6,8 @@ from collections.abc import Mapping
 
 import pytest
 
-from components.config import ProxyConfig
-from components.management import kind_proxy_environment
+from components.platform.management import kind_proxy_environment
+from labconfig.model import ProxyConfig
 from tests.pulumi_harness import ProgramRun, lab_stack_config, run_program
 
 PROXY_KEYS = ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "NO_PROXY", "no_proxy")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pulumi
 import pytest
 
-from components.management import _referenced_kubeconfig
+from components.platform.management import _referenced_kubeconfig
 
 
 def test_a_referenced_stack_without_its_kubeconfig_output_names_the_stack_and_the_fix():

@@ -8,23 +8,27 @@ import pulumi_docker as docker
 import pytest
 from pulumi_harness import lab_stack_config, stack_config
 
-from components.cni import flannel_cni_conf, flannel_values
-from components.config import parse_config
-from components.footprint import CONTROL_PLANE_RESOURCES
-from components.gpu_models import hami_card_type
-from components.hami import (
+from components.platform.kamaji import cert_manager_values, kamaji_values
+from components.platform.metallb import metallb_values, pool_manifests
+from components.platform.network import bridge_options, ipam_config
+from components.tenant.cni import flannel_cni_conf, flannel_values
+from components.tenant.control_plane import (
+    dns_service_ip,
+    kubelet_patches,
+    tenant_control_plane_manifest,
+)
+from components.tenant.hami import (
     device_plugin_values,
     gpu_quota_manifest,
     hami_values,
     runtime_class_manifest,
 )
-from components.kamaji import cert_manager_values, kamaji_values
-from components.metallb import metallb_values, pool_manifests
-from components.netplan import plan_network
-from components.network import bridge_options, ipam_config
-from components.simulated_gpus import agent_config, agent_manifests
-from components.tenant import dns_service_ip, kubelet_patches, tenant_control_plane_manifest
-from components.workers import node_container_args
+from components.tenant.simulated_gpus import agent_config, agent_manifests
+from components.tenant.workers import node_container_args
+from labconfig.addresses import plan_network
+from labconfig.gpu_models import hami_card_type
+from labconfig.parse import parse_config
+from planning.footprint import CONTROL_PLANE_RESOURCES
 
 CFG = parse_config(lab_stack_config())
 TENANT_A, TENANT_B = CFG.tenants

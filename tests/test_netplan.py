@@ -6,8 +6,9 @@ from ipaddress import IPv4Address, ip_network
 
 import pytest
 
-from components.config import ConfigError, parse_config
-from components.netplan import plan_network
+from labconfig.addresses import plan_network
+from labconfig.model import ConfigError
+from labconfig.parse import parse_config
 
 
 def plan(**top):

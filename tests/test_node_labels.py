@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-COMPONENTS = Path(__file__).resolve().parent.parent / "components"
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def imported_modules(module: str) -> set[str]:
-    tree = ast.parse((COMPONENTS / f"{module}.py").read_text())
+    tree = ast.parse((ROOT / f"{module}.py").read_text())
     return {
         name
         for node in ast.walk(tree)
@@ -25,20 +25,22 @@ def imported_modules(module: str) -> set[str]:
     }
 
 
-@pytest.mark.parametrize("module", ["workers", "remote_workers"])
+@pytest.mark.parametrize(
+    "module", ["components/tenant/workers", "components/tenant/remote_workers"]
+)
 def test_workers_take_their_labels_from_the_pure_module(module: str):
     """T6: container and remote workers share node_labels; the GpuNodes component is not theirs."""
     imports = imported_modules(module)
-    assert "components.node_labels" in imports
-    assert "components.gpu_nodes" not in imports
+    assert "planning.node_labels" in imports
+    assert "components.tenant.gpu_nodes" not in imports
 
 
 def test_the_labels_module_imports_no_pulumi_and_no_component():
-    assert imported_modules("node_labels") == {"__future__"}
+    assert imported_modules("planning/node_labels") == {"__future__"}
 
 
 def test_the_docs_name_no_node_patches_the_program_no_longer_declares():
     """T6: nodes register `gpu=on` themselves, so no text may promise NodePatches."""
-    root = COMPONENTS.parent
+    root = ROOT
     texts = [root / "README.md", *sorted((root / "tests/real").glob("*.py"))]
     assert [path.name for path in texts if "NodePatch" in path.read_text()] == []

@@ -25,8 +25,7 @@ from pulumi_harness import (
     stack_config,
 )
 
-from components.config import ConfigError, parse_config
-from components.kamaji import (
+from components.platform.kamaji import (
     KAMAJI_NAMESPACE,
     KAMAJI_RESOURCES,
     crds_values,
@@ -34,7 +33,7 @@ from components.kamaji import (
     kamaji_values,
     quantity_bytes,
 )
-from components.kamaji_chart import (
+from components.platform.kamaji_chart import (
     CACHE_IN_PROJECT,
     KAMAJI_GIT_URL,
     PROJECT_DIR,
@@ -45,17 +44,19 @@ from components.kamaji_chart import (
     fetch_environment,
     release_chart_path,
 )
-from components.kamaji_sources import KAMAJI_SOURCES, kamaji_source
-from components.management import cluster_identity
-from components.network import (
+from components.platform.management import cluster_identity
+from components.platform.network import (
     MTU_OPTION,
     MtuProbeFailed,
     bridge_options,
     creation_mtu,
     docker_default_bridge_mtu,
 )
-from components.tenant import control_plane_identity
-from components.workers import CONTROL_PLANE_LABEL
+from components.tenant.control_plane import control_plane_identity
+from components.tenant.workers import CONTROL_PLANE_LABEL
+from labconfig.kamaji_sources import KAMAJI_SOURCES, kamaji_source
+from labconfig.model import ConfigError
+from labconfig.parse import parse_config
 
 LAB = lab_stack_config()
 PROVIDER = "pulumi:providers:kubernetes"

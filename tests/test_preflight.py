@@ -14,10 +14,26 @@ import pytest
 import yaml
 from pulumi_harness import lab_stack_config, run_program
 
-from components import preflight
-from components.config import parse_config
-from components.footprint import lab_footprint
-from components.host_facts import (
+from components.platform.host_preflight import (
+    PROJECT_DIR,
+    preflight_command,
+    preflight_update_command,
+    project_python,
+)
+from labconfig.parse import parse_config
+from labconfig.versions import kubernetes_minor, minor_series
+from planning.footprint import lab_footprint
+from planning.host_plan import HostPlan, Sizing, host_plan
+from preflight import checks as preflight
+from preflight import cli
+from preflight.checks import (
+    check_host,
+    conntrack_findings,
+    kube_proxy_conntrack_max,
+    report,
+    subnet_clashes,
+)
+from preflight.host_facts import (
     DockerFacts,
     DockerNetwork,
     HostFacts,
@@ -29,23 +45,6 @@ from components.host_facts import (
     read_host_facts,
     read_routes,
 )
-from components.preflight import (
-    HostPlan,
-    Sizing,
-    check_host,
-    conntrack_findings,
-    host_plan,
-    kube_proxy_conntrack_max,
-    report,
-    subnet_clashes,
-)
-from components.preflight_step import (
-    PROJECT_DIR,
-    preflight_command,
-    preflight_update_command,
-    project_python,
-)
-from components.versions import kubernetes_minor, minor_series
 
 LAB_NETWORK = DockerNetwork("kamaji-hami-lab", ("172.30.0.0/16",), "br-0123456789ab")
 DOCKER = DockerFacts(
@@ -682,7 +681,7 @@ EXPORT = {
 def test_plan_from_stack_reads_config_and_the_last_deployed_sizing():
     """m6: `make up` checks the stack's own plan against what its last update deployed."""
     host = FakeHost(stack_answers(LAB_CONFIG_JSON, EXPORT))
-    plan, previous = preflight.plan_from_stack("lab", host)
+    plan, previous = cli.plan_from_stack("lab", host)
     assert plan == replace(PLAN, sizing=Sizing(2, 3))
     assert previous == Sizing(2, 2)
     assert host.calls == [
@@ -690,28 +689,28 @@ def test_plan_from_stack_reads_config_and_the_last_deployed_sizing():
         ["pulumi", "stack", "export", "--stack", "lab"],
     ]
     fresh = FakeHost(stack_answers(LAB_CONFIG_JSON, {"version": 3, "deployment": {"manifest": {}}}))
-    assert preflight.plan_from_stack("lab", fresh)[1] is None
+    assert cli.plan_from_stack("lab", fresh)[1] is None
 
 
 def test_main_with_a_stack_checks_and_prints_the_record(monkeypatch, capsys):
-    monkeypatch.setattr(preflight, "read_host_facts", lambda run: GOOD)
+    monkeypatch.setattr(cli, "read_host_facts", lambda run: GOOD)
     host = FakeHost(stack_answers(LAB_CONFIG_JSON, EXPORT))
-    assert preflight.main(["--stack", "lab"], run=host) == 0
+    assert cli.main(["--stack", "lab"], run=host) == 0
     out = capsys.readouterr()
     assert out.out == '{"tenants": 2, "workers": 3}\n'
     assert "ok   nf_conntrack_max   131072" in out.err
 
 
 def test_main_skips_a_stack_that_disables_the_preflight(monkeypatch, capsys):
-    monkeypatch.setattr(preflight, "read_host_facts", lambda run: pytest.fail("read the host"))
+    monkeypatch.setattr(cli, "read_host_facts", lambda run: pytest.fail("read the host"))
     off = {**LAB_CONFIG_JSON, "kamaji-hami-lab:preflight": {"value": "false", "secret": False}}
-    assert preflight.main(["--stack", "lab"], run=FakeHost(stack_answers(off, EXPORT))) == 0
+    assert cli.main(["--stack", "lab"], run=FakeHost(stack_answers(off, EXPORT))) == 0
     assert "preflight: skipped" in capsys.readouterr().err
 
 
 def test_main_names_a_bad_stack_config(capsys):
     bad = {"kamaji-hami-lab:tenants": {"value": "[]", "secret": False}}
-    assert preflight.main(["--stack", "lab"], run=FakeHost(stack_answers(bad, EXPORT))) == 1
+    assert cli.main(["--stack", "lab"], run=FakeHost(stack_answers(bad, EXPORT))) == 1
     assert capsys.readouterr().err.startswith("preflight: invalid stack config: tenants")
 
 
@@ -720,16 +719,16 @@ def test_main_says_what_pulumi_said_when_it_cannot_read_the_stack(capsys):
         255, ["pulumi", "config"], output="", stderr="error: no stack named 'lab' found\n"
     )
     answers = {**stack_answers(LAB_CONFIG_JSON, EXPORT), "pulumi config --stack": gone}
-    assert preflight.main(["--stack", "lab"], run=FakeHost(answers)) == 1
+    assert cli.main(["--stack", "lab"], run=FakeHost(answers)) == 1
     assert capsys.readouterr().err == (
         "preflight: cannot read stack lab: error: no stack named 'lab' found\n"
     )
 
 
 def test_main_exits_non_zero_and_prints_fixes(monkeypatch, capsys):
-    monkeypatch.setattr(preflight, "read_host_facts", lambda run: replace(GOOD, br_netfilter=False))
+    monkeypatch.setattr(cli, "read_host_facts", lambda run: replace(GOOD, br_netfilter=False))
     argv = ["--tenants", "2", "--workers", "2", "--kube-proxy-version", "v1.35.0"]
-    assert preflight.main(argv) == 1
+    assert cli.main(argv) == 1
     out = capsys.readouterr()
     assert "FAIL br_netfilter" in out.err and "fix: sudo modprobe br_netfilter" in out.err
     assert (
@@ -740,12 +739,12 @@ def test_main_exits_non_zero_and_prints_fixes(monkeypatch, capsys):
 def test_the_command_line_carries_the_whole_plan():
     plan = replace(PLAN, kube_proxy_versions=("v1.35.0", "v1.36.0"))
     assert preflight_command(plan, python="/opt/lab venv/python") == (
-        "'/opt/lab venv/python' -m components.preflight --tenants 2 --workers 2 "
+        "'/opt/lab venv/python' -m preflight --tenants 2 --workers 2 "
         "--kube-proxy-version v1.35.0 --kube-proxy-version v1.36.0 "
         "--network kamaji-hami-lab --subnet 172.30.0.0/16 --kind-cluster --kamaji-charts"
     )
     argv = preflight_command(plan, python="py").split()[3:]
-    parsed = preflight._parser().parse_args(argv)
+    parsed = cli._parser().parse_args(argv)
     assert (parsed.tenants, parsed.workers, parsed.kube_proxy_version) == (
         2,
         2,
@@ -774,7 +773,7 @@ def test_the_update_command_passes_the_previous_record(tmp_path: Path):
     subprocess.run(["/bin/sh", "-c", line], check=True, env={"PULUMI_COMMAND_STDOUT": record})
     argv = json.loads(calls.read_text())
     assert argv[-2:] == ["--previous", record]
-    assert Sizing.from_record(preflight._parser().parse_args(argv[2:]).previous) == Sizing(2, 1)
+    assert Sizing.from_record(cli._parser().parse_args(argv[2:]).previous) == Sizing(2, 1)
     subprocess.run(["/bin/sh", "-c", line], check=True, env={})  # first update of an old state
     assert json.loads(calls.read_text())[-2:] == ["--previous", ""]
 
@@ -786,7 +785,7 @@ def test_the_program_registers_an_update_path_and_no_replacing_triggers():
     check = run.named("preflight-checks")
     assert check.inputs["update"].endswith('--previous "${PULUMI_COMMAND_STDOUT:-}"')
     assert check.inputs["create"].split(" -m ")[1] == (
-        "components.preflight --tenants 2 --workers 2 --kube-proxy-version v1.35.0 "
+        "preflight --tenants 2 --workers 2 --kube-proxy-version v1.35.0 "
         "--network kamaji-hami-lab --subnet 172.30.0.0/16 --kind-cluster --kamaji-charts"
     )
     assert "triggers" not in check.inputs
@@ -823,7 +822,7 @@ def test_one_parser_names_a_kubernetes_minor(version: str, minor: tuple[int, int
     """Review 6: config (worker image vs kubernetesVersion), the preflight (kube-proxy's cap
     from v1.36) and the remote scripts (pkgs.k8s.io/core:/stable:/v1.35) read the same minor."""
     assert kubernetes_minor(version) == minor and minor_series(version) == series
-    from components import config
+    from labconfig import model as config
 
     assert not hasattr(config, "_minor") and not hasattr(preflight, "_minor")
     assert kube_proxy_conntrack_max("1.36.0", 40) == kube_proxy_conntrack_max("v1.36.0", 40)

@@ -10,9 +10,10 @@ import yaml
 from pulumi.runtime.rpc import UNKNOWN
 from pulumi_harness import FAKE_KUBECONFIG, PROJECT_DIR, ProgramRun, run_program, stack_config
 
-from components.config import ConfigError, parse_config
-from components.remote_scripts import prepare_script, remote_join_script
+from builders.remote_scripts import prepare_script, remote_join_script
 from labcheck.spec import parse_spec
+from labconfig.model import ConfigError
+from labconfig.parse import parse_config
 
 SSH_KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nfake\n-----END OPENSSH PRIVATE KEY-----\n"
 SECRETS = {"sshPrivateKey": SSH_KEY, "managementKubeconfig": FAKE_KUBECONFIG}

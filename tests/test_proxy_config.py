@@ -9,7 +9,9 @@ import pulumi
 import pytest
 from pulumi_harness import PROJECT, lab_stack_config
 
-from components.config import ConfigError, LabConfig, ProxyConfig, parse_config, raw_stack_config
+from labconfig.model import ConfigError, LabConfig, ProxyConfig
+from labconfig.parse import parse_config
+from labconfig.stack import raw_stack_config
 
 TENANTS = lab_stack_config()["tenants"]
 

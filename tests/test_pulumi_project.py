@@ -336,11 +336,12 @@ def test_the_sdk_internal_that_lists_config_keys_is_the_pinned_ones():
     import pulumi
     from pulumi.runtime import config as runtime_config
 
-    from components.config import PROJECT, _keys_set
+    from labconfig.model import PROJECT
+    from labconfig.stack import _keys_set
 
     pinned = _pinned_sdk_version()
     hint = (
-        f"components/config.py:_keys_set relies on pulumi {pinned}'s internal "
+        f"labconfig/model.py:_keys_set relies on pulumi {pinned}'s internal "
         "pulumi.runtime.config.CONFIG (a ContextVar of the map set_all_config sets); "
         "re-check it against the installed SDK, then update this test's pin"
     )
@@ -366,7 +367,8 @@ def test_reading_a_config_map_leaves_the_callers_config_alone():
     import pulumi
     from pulumi.runtime import config as runtime_config
 
-    from components.config import PROJECT, raw_stack_config
+    from labconfig.model import PROJECT
+    from labconfig.stack import raw_stack_config
 
     def caller() -> None:
         mine = {f"{PROJECT}:subnet": "10.9.0.0/16"}

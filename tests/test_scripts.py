@@ -15,13 +15,13 @@ import pytest
 import yaml
 from fakes.fake_host import CONTAINERD_SOCKET, FakeHost, registered_labels
 
-from components.remote_scripts import (
+from builders.remote_scripts import (
     node_registered_script,
     prepare_script,
     remote_join_script,
     remote_reset_script,
 )
-from components.scripts import (
+from builders.scripts import (
     SET_KUBELET_NODE_LABELS,
     api_server_healthz_wait_script,
     control_plane_admission_wait_script,

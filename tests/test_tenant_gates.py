@@ -14,9 +14,9 @@ import pytest
 import yaml
 from pulumi_harness import lab_stack_config
 
-from components.config import parse_config
-from components.scripts import api_server_healthz_wait_script, control_plane_admission_wait_script
-from components.tenant import tenant_control_plane_manifest
+from builders.scripts import api_server_healthz_wait_script, control_plane_admission_wait_script
+from components.tenant.control_plane import tenant_control_plane_manifest
+from labconfig.parse import parse_config
 
 TENANT_A = parse_config(lab_stack_config()).tenants[0]
 MANIFEST = yaml.safe_dump(tenant_control_plane_manifest(TENANT_A, "172.30.255.205"))

@@ -6,9 +6,9 @@ import pytest
 from fakes.docker_readback import daemon_security_opts, planned_replacements
 from pulumi_harness import ProgramRun, run_program, stack_config
 
-from components.config import ProxyConfig
-from components.node_labels import GPU_NODE_LABELS, kubelet_node_labels, registration_labels
-from components.workers import NODE_LABELS_LABEL, node_container_args, proxy_environment
+from components.tenant.workers import NODE_LABELS_LABEL, node_container_args, proxy_environment
+from labconfig.model import ProxyConfig
+from planning.node_labels import GPU_NODE_LABELS, kubelet_node_labels, registration_labels
 
 IMAGE_ID = "sha256:" + "a" * 64
 CIDRS = ("172.30.0.0/16", "10.244.0.0/16", "10.96.0.0/16")

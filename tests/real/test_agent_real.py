@@ -1,7 +1,8 @@
 """gpu_agent against a real kube-apiserver, deployed as the lab deploys it (issue 10).
 
-The agent runs from the files of the ConfigMaps the program renders (components/simulated_gpus.py:
-its code, its config.json built by ``agent_config`` from Pulumi.lab.yaml's tenant-b), with the
+The agent runs from the files of the ConfigMaps the program renders
+(components/tenant/simulated_gpus.py: its code, its config.json built by ``agent_config``
+from Pulumi.lab.yaml's tenant-b), with the
 ServiceAccount, ClusterRole and ClusterRoleBinding of ``agent_manifests``. It runs the way its
 pod does: ``python -m gpu_agent`` in the code's parent directory, the Deployment's environment,
 as uid/gid 65534 (the container's ``runAsUser``), in-cluster mode: a private mount namespace
@@ -41,11 +42,17 @@ import pytest
 from controlplane import ControlPlane, ControlPlaneError
 from pulumi_harness import lab_stack_config
 
-from components.config import parse_config
-from components.simulated_gpus import CONFIG_MOUNT, NAME, NAMESPACE, agent_config, agent_manifests
+from components.tenant.simulated_gpus import (
+    CONFIG_MOUNT,
+    NAME,
+    NAMESPACE,
+    agent_config,
+    agent_manifests,
+)
 from gpu_agent import Agent, HttpKubeApi
 from gpu_agent import parse_config as parse_agent_config
 from gpu_agent.agent import POD_SELECTOR
+from labconfig.parse import parse_config
 
 NOBODY = 65534  # the Deployment's runAsUser
 PYTHON = "/usr/bin/python3"

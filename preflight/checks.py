@@ -1,34 +1,27 @@
 """Host preflight: the kernel settings, Docker setup and tools the lab needs, each with its fix.
 
-Run by `make up` before `pulumi up` (`python -m components.preflight --stack lab`), and by the
+Run by `make up` before `pulumi up` (`python -m preflight --stack lab`), and by the
 program's HostPreflight command on create and on every change of what it checks. Judging the
 host is pure (facts in, findings out) and tested with made-up hosts; reading the host lives in
-`components/host_facts.py`.
+`preflight/host_facts.py`.
 """
 
 from __future__ import annotations
 
-import argparse
 import ipaddress
-import json
 import re
-import subprocess
-import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from components.config import ConfigError, LabConfig, parse_config, raw_stack_config
-from components.footprint import Footprint, lab_footprint
-from components.host_facts import (
+from labconfig.versions import kubernetes_minor
+from planning.footprint import Footprint
+from planning.host_plan import HostPlan, Sizing
+from preflight.host_facts import (
     DockerFacts,
     DockerNetwork,
     HostFacts,
     Route,
-    Run,
-    error_text,
-    read_host_facts,
 )
-from components.versions import kubernetes_minor
 
 MIN_INOTIFY_INSTANCES = 1024
 MIN_INOTIFY_WATCHES = 524288
@@ -61,63 +54,6 @@ TOOL_INSTALL = {
     "git": "install git, e.g. sudo apt-get install git",
     "helm": "install Helm 3: https://helm.sh/docs/intro/install/",
 }
-
-
-# --- what the lab asks of the host ---------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Sizing:
-    """What a run deploys; its record in the command's stdout is the next run's baseline."""
-
-    tenants: int
-    workers: int  # container workers, in all tenants
-
-    @property
-    def footprint(self) -> Footprint:
-        return lab_footprint(self.tenants, self.workers)
-
-    def record(self) -> str:
-        return json.dumps({"tenants": self.tenants, "workers": self.workers})
-
-    @classmethod
-    def from_record(cls, text: str | None) -> Sizing | None:
-        """The last line of a previous run's stdout, or None when there is no usable one."""
-        lines = (text or "").strip().splitlines()
-        try:
-            data = json.loads(lines[-1])
-            return cls(tenants=int(data["tenants"]), workers=int(data["workers"]))
-        except (IndexError, ValueError, KeyError, TypeError):
-            return None
-
-
-@dataclass(frozen=True)
-class HostPlan:
-    sizing: Sizing
-    kube_proxy_versions: tuple[str, ...]  # tenants whose kube-proxy runs in a container here
-    kind_cluster: bool  # the management cluster is kind on this host, on a network we create
-    network_name: str
-    subnet: str
-    # Kamaji's charts are cloned from its git tag and their dependencies built on this host
-    # (components/kamaji_chart.py): git and helm are needed wherever the lab installs Kamaji.
-    kamaji_charts: bool = True
-
-
-def host_plan(cfg: LabConfig) -> HostPlan | None:
-    """What this stack runs on this host; None when nothing does (existing cluster, remote)."""
-    workers = sum(t.container_workers for t in cfg.tenants)
-    kind_cluster = cfg.management_mode == "kind"
-    if not kind_cluster and workers == 0:
-        return None
-    versions = sorted({t.kubernetes_version for t in cfg.tenants if t.container_workers})
-    return HostPlan(
-        sizing=Sizing(tenants=len(cfg.tenants), workers=workers),
-        kube_proxy_versions=tuple(versions),
-        kind_cluster=kind_cluster,
-        network_name=cfg.network_name,
-        subnet=cfg.subnet,
-        kamaji_charts=kind_cluster or cfg.install_platform,
-    )
 
 
 # --- judging the host ----------------------------------------------------------------------
@@ -443,123 +379,3 @@ def report(findings: list[Finding]) -> str:
         if not f.ok:
             lines += [f"     {'fix:' if i == 0 else '    '} {step}" for i, step in enumerate(f.fix)]
     return "\n".join(lines)
-
-
-# --- the stack, for `make up` --------------------------------------------------------------
-
-
-def _run(args: list[str]) -> str:
-    return subprocess.run(args, check=True, capture_output=True, text=True, timeout=120).stdout
-
-
-def stack_config_values(config_json: str) -> tuple[dict[str, str], list[str]]:
-    """`pulumi config --json` as Pulumi's config map and its secret keys; secrets stay unread.
-
-    A secret's value is not printed without --show-secrets: a placeholder stands for it, since
-    the preflight needs to know only that it is set.
-    """
-    values, secrets = {}, []
-    for key, entry in json.loads(config_json).items():
-        if entry.get("secret"):
-            secrets.append(key)
-        if "value" in entry:
-            values[key] = entry["value"]
-        elif entry.get("secret"):
-            values[key] = "[secret]"
-    return values, secrets
-
-
-def deployed_sizing(export_json: str) -> Sizing | None:
-    """The record the stack's HostPreflight command left in its stdout at the last update."""
-    resources = json.loads(export_json).get("deployment", {}).get("resources") or []
-    for resource in resources:
-        if resource.get("type") == "command:local:Command" and "HostPreflight$" in resource.get(
-            "urn", ""
-        ):
-            return Sizing.from_record(resource.get("outputs", {}).get("stdout"))
-    return None
-
-
-def plan_from_stack(stack: str, run: Run = _run) -> tuple[HostPlan | None, Sizing | None]:
-    values, secrets = stack_config_values(run(["pulumi", "config", "--stack", stack, "--json"]))
-    cfg = parse_config(raw_stack_config(values, secrets))
-    if not cfg.preflight:
-        return None, None
-    previous = deployed_sizing(run(["pulumi", "stack", "export", "--stack", stack]))
-    return host_plan(cfg), previous
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description="Check this host for the kamaji-hami-lab.")
-    parser.add_argument("--stack", help="read the plan from this stack (pulumi config, state)")
-    parser.add_argument("--tenants", type=int)
-    parser.add_argument("--workers", type=int, help="container workers in all tenants")
-    parser.add_argument(
-        "--kube-proxy-version",
-        action="append",
-        default=[],
-        help="a tenant version with workers here",
-    )
-    parser.add_argument("--network", default="kamaji-hami-lab", help="the lab's Docker network")
-    parser.add_argument("--subnet", default="172.30.0.0/16")
-    parser.add_argument("--kind-cluster", action=argparse.BooleanOptionalAction, default=True)
-    parser.add_argument(
-        "--kamaji-charts",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="the lab installs Kamaji, whose charts are built here with git and helm",
-    )
-    parser.add_argument("--previous", help="the stdout of the previous run (its sizing record)")
-    return parser
-
-
-class StackUnreadable(Exception):
-    """The stack's config or state could not be read; the message says why."""
-
-
-def _stack_plan(stack: str, run: Run) -> tuple[HostPlan | None, Sizing | None]:
-    try:
-        return plan_from_stack(stack, run)
-    except ConfigError as error:
-        raise StackUnreadable(f"invalid stack config: {error}") from None
-    except (OSError, subprocess.SubprocessError) as error:
-        raise StackUnreadable(f"cannot read stack {stack}: {error_text(error)}") from None
-
-
-def _flags_plan(args: argparse.Namespace) -> tuple[HostPlan, Sizing | None]:
-    plan = HostPlan(
-        sizing=Sizing(args.tenants, args.workers),
-        kube_proxy_versions=tuple(sorted(set(args.kube_proxy_version))),
-        kind_cluster=args.kind_cluster,
-        network_name=args.network,
-        subnet=args.subnet,
-        kamaji_charts=args.kamaji_charts,
-    )
-    return plan, Sizing.from_record(args.previous)
-
-
-def main(argv: list[str] | None = None, run: Run = _run) -> int:
-    parser = _parser()
-    args = parser.parse_args(argv)
-    if not args.stack and (args.tenants is None or args.workers is None):
-        parser.error("give --stack, or --tenants and --workers")
-    try:
-        plan, previous = _stack_plan(args.stack, run) if args.stack else _flags_plan(args)
-    except StackUnreadable as error:
-        print(f"preflight: {error}", file=sys.stderr)
-        return 1
-    if plan is None:
-        print("preflight: skipped (off, or nothing of this stack runs here)", file=sys.stderr)
-        return 0
-    findings = check_host(read_host_facts(run), plan, previous)
-    print(report(findings), file=sys.stderr)
-    failed = [f for f in findings if not f.ok]
-    if failed:
-        print(f"preflight: {len(failed)} check(s) failed; run the fixes above", file=sys.stderr)
-        return 1
-    print(plan.sizing.record())  # the baseline the next run of the command compares against
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,6 @@
 """cert-manager, then Kamaji's CRDs and Kamaji with its bundled single-member etcd.
 
-Kamaji's charts come from the git tag of the image that runs (components/kamaji_chart.py),
+Kamaji's charts come from the git tag of the image that runs (components/platform/kamaji_chart.py),
 fetched by the program into the checkout's cache.
 The CRDs are their own release of the tag's `kamaji-crds` chart: Helm installs a chart's
 `crds/` once and never upgrades them, so with the CRDs inside the Kamaji release a later
@@ -17,8 +17,8 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.helm import local_chart_release, pinned_release
-from components.kamaji_chart import ensure_chart_cache, release_chart_path
-from components.kamaji_sources import kamaji_source
+from components.platform.kamaji_chart import ensure_chart_cache, release_chart_path
+from labconfig.kamaji_sources import kamaji_source
 
 # Kamaji's CRD CA injection is hard-wired to kamaji-system/kamaji-serving-cert.
 KAMAJI_NAMESPACE = "kamaji-system"

@@ -10,12 +10,12 @@ import ipaddress
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Network
 
-from components.config import ConfigError, LabConfig
+from labconfig.model import ConfigError, LabConfig
 
 DEFAULT_POOL_SIZE = 50
 # Addresses the management node, the gateway and a few spares take in the container range.
 CONTAINER_RESERVE = 4
-# kubeadm's convention, kept by components.tenant.dns_service_ip: the tenth service address.
+# kubeadm's convention, kept by builders' dns_service_ip: the tenth service address.
 DNS_SERVICE_INDEX = 10
 
 
@@ -137,7 +137,7 @@ def _check_tenant_cidrs(cfg: LabConfig, subnet: IPv4Network) -> None:
                     f"tenants[{index}].{key}", f"{net} overlaps the lab subnet {subnet}"
                 )
         if services.num_addresses <= DNS_SERVICE_INDEX:
-            # components.tenant gives CoreDNS the address at this index of the service range.
+            # The tenant's control plane gives CoreDNS the address at this index of the range.
             raise ConfigError(
                 f"tenants[{index}].serviceCidr",
                 f"{services} is too small: CoreDNS takes address #{DNS_SERVICE_INDEX} (use a /28)",

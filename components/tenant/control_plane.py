@@ -17,10 +17,10 @@ import pulumi_command as command
 import pulumi_kubernetes as k8s
 import yaml
 
-from components.config import TenantConfig
-from components.footprint import CONTROL_PLANE_RESOURCES, KONNECTIVITY_SERVER_RESOURCES
-from components.kamaji import DATASTORE
-from components.scripts import api_server_healthz_wait_script, control_plane_admission_wait_script
+from builders.scripts import api_server_healthz_wait_script, control_plane_admission_wait_script
+from components.platform.kamaji import DATASTORE
+from labconfig.model import TenantConfig
+from planning.footprint import CONTROL_PLANE_RESOURCES, KONNECTIVITY_SERVER_RESOURCES
 
 API_PORT = 6443
 KONNECTIVITY_PORT = 8132

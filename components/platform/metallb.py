@@ -10,8 +10,8 @@ import pulumi_command as command
 import pulumi_kubernetes as k8s
 import yaml
 
+from builders.scripts import metallb_webhook_wait_script
 from components.helm import pinned_release
-from components.scripts import metallb_webhook_wait_script
 
 NAMESPACE = "metallb-system"
 POOL_NAME = "lab-pool"

@@ -11,9 +11,9 @@ from pathlib import Path
 import pulumi
 import pulumi_command as command
 
-from components.preflight import HostPlan
+from planning.host_plan import HostPlan
 
-PROJECT_DIR = Path(__file__).resolve().parent.parent
+PROJECT_DIR = Path(__file__).resolve().parents[2]
 
 
 def project_python(python: str = sys.executable, project_dir: Path = PROJECT_DIR) -> str:
@@ -39,7 +39,7 @@ def preflight_command(plan: HostPlan, python: str | None = None) -> str:
     args = [
         python,
         "-m",
-        "components.preflight",
+        "preflight",
         "--tenants",
         str(plan.sizing.tenants),
         "--workers",
@@ -75,7 +75,7 @@ class HostPreflight(pulumi.ComponentResource):
             update=preflight_update_command(args.plan),
             # No `dir`: pulumi-command runs in the provider's working directory, which the
             # engine sets to the project's root (Pulumi.yaml has no `main`), where the
-            # relative interpreter and `-m components.preflight` resolve.
+            # relative interpreter and `-m preflight` resolve.
             opts=pulumi.ResourceOptions(parent=self),
         )
         self.register_outputs({"report": self.check.stderr})

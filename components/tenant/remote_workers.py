@@ -7,15 +7,15 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_command as command
 
-from components.config import RemoteWorker
-from components.node_labels import kubelet_node_labels, registration_labels
-from components.remote_scripts import (
+from builders.remote_scripts import (
     node_registered_script,
     prepare_script,
     remote_join_script,
     remote_reset_script,
 )
-from components.scripts import node_delete_script
+from builders.scripts import node_delete_script
+from labconfig.model import RemoteWorker
+from planning.node_labels import kubelet_node_labels, registration_labels
 
 
 @dataclass(frozen=True)

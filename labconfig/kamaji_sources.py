@@ -38,5 +38,5 @@ def kamaji_source(image_tag: str) -> KamajiSource:
         known = ", ".join(sorted(KAMAJI_SOURCES))
         raise ValueError(
             f"no pinned chart source for Kamaji {image_tag!r} (known: {known}); add the tag's "
-            "commit to KAMAJI_SOURCES in components/kamaji_sources.py"
+            "commit to KAMAJI_SOURCES in labconfig/kamaji_sources.py"
         ) from None

@@ -4,7 +4,7 @@ The published chart is `0.0.0+latest`, republished on every master push, so its 
 RBAC, CRDs and etcd subchart are whatever master was on deploy day. The charts at the tag
 of `kamajiImageTag` are the ones that image was released with. The program fetches them,
 once per machine, into a cache keyed by commit (nothing is vendored), checked against the
-commit pinned in components/kamaji_sources.py; `helm dependency build` then fetches the
+commit pinned in labconfig/kamaji_sources.py; `helm dependency build` then fetches the
 etcd subchart at the version the tag's `Chart.lock` names, not the newest that `>=0.15.0`
 would allow.
 """
@@ -17,8 +17,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from components.kamaji_sources import KamajiSource
-from components.scripts import STRICT
+from builders.scripts import STRICT
+from labconfig.kamaji_sources import KamajiSource
 
 KAMAJI_GIT_URL = "https://github.com/clastix/kamaji.git"
 COMPLETE_MARK = ".complete"  # written last: a directory without it is a fetch that died
@@ -30,7 +30,7 @@ class ChartFetchFailed(RuntimeError):
     """The pinned charts could not be put into the cache; the message says why."""
 
 
-PROJECT_DIR = Path(__file__).resolve().parent.parent
+PROJECT_DIR = Path(__file__).resolve().parents[2]
 CACHE_IN_PROJECT = Path(".cache/kamaji-charts")  # gitignored
 
 
@@ -81,7 +81,7 @@ if [ ! -f "$dest/.complete" ]; then
   commit=$(git -C "$work/src" rev-parse HEAD)
   if [ "$commit" != "$KAMAJI_COMMIT" ]; then
     echo "Kamaji tag $KAMAJI_TAG is now commit $commit, not the pinned $KAMAJI_COMMIT." >&2
-    echo "Review the new tag, then pin it in components/kamaji_sources.py." >&2
+    echo "Review the new tag, then pin it in labconfig/kamaji_sources.py." >&2
     exit 1
   fi
   export HELM_REPOSITORY_CONFIG="$work/repositories.yaml"

@@ -17,9 +17,9 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 import gpu_agent
-from components.config import TenantConfig
-from components.footprint import GPU_AGENT_RESOURCES
-from components.gpu_models import node_inventory
+from labconfig.gpu_models import node_inventory
+from labconfig.model import TenantConfig
+from planning.footprint import GPU_AGENT_RESOURCES
 
 NAMESPACE = "kube-system"
 NAME = "hami-simulated-gpu-agent"

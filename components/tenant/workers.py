@@ -9,10 +9,10 @@ import pulumi
 import pulumi_command as command
 import pulumi_docker as docker
 
-from components.config import ProxyConfig
-from components.node_labels import kubelet_node_labels, registration_labels
-from components.scripts import node_delete_script, worker_join_script
-from components.tenant import LAB_LABEL
+from builders.scripts import node_delete_script, worker_join_script
+from components.tenant.control_plane import LAB_LABEL
+from labconfig.model import ProxyConfig
+from planning.node_labels import kubelet_node_labels, registration_labels
 
 # The labels the node's kubelet registers with, kept on the container too: the container is
 # replaced (a fresh node registers) when they change, since a kubelet applies --node-labels

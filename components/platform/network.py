@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_docker as docker
 
-from components.netplan import NetworkPlan
+from labconfig.addresses import NetworkPlan
 
 # Docker NATs the bridge so nodes reach registries; kind sets the same option on its network.
 MASQUERADE_OPTION = "com.docker.network.bridge.enable_ip_masquerade"

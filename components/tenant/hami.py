@@ -8,9 +8,9 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.config import TenantConfig
 from components.helm import pinned_release
-from components.node_labels import GPU_NODE_LABELS
+from labconfig.model import TenantConfig
+from planning.node_labels import GPU_NODE_LABELS
 
 NAMESPACE = "kube-system"
 CHART_REPO = "https://project-hami.github.io/HAMi/"

@@ -8,8 +8,8 @@ import pulumi
 import pulumi_command as command
 import pulumi_kubernetes as k8s
 
-from components.config import ProxyConfig
-from components.scripts import kind_cluster_config, kind_create_script, kind_delete_script
+from builders.scripts import kind_cluster_config, kind_create_script, kind_delete_script
+from labconfig.model import ProxyConfig
 
 
 @dataclass(frozen=True)

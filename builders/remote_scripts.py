@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import shlex
 
-from components.scripts import KUBECONFIG_PRELUDE, SET_NODE_LABELS_COMMAND, STRICT
-from components.versions import kubernetes_minor, minor_series
+from builders.scripts import KUBECONFIG_PRELUDE, SET_NODE_LABELS_COMMAND, STRICT
+from labconfig.versions import kubernetes_minor, minor_series
 
 # Root or passwordless sudo: a prompt would hang a non-interactive SSH session.
 AS_ROOT = 'SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo -n"\n'

@@ -1,6 +1,6 @@
 """nvml-mock GPU nodes: NVIDIA's nvml-mock chart lays a fake NVML driver root on every node.
 
-Their `gpu=on` label is registered by the kubelet itself (components/node_labels.py).
+Their `gpu=on` label is registered by the kubelet itself (planning/node_labels.py).
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.config import TenantConfig, nvml_mock_profile
 from components.helm import pinned_release
+from labconfig.model import TenantConfig, nvml_mock_profile
 
 NVML_MOCK_CHART = "oci://ghcr.io/nvidia/k8s-test-infra/chart/nvml-mock"
 NVML_MOCK_NAMESPACE = "nvml-mock"

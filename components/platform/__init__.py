@@ -1,0 +1,1 @@
+"""The platform on the management side: Docker network, kind cluster, MetalLB, Kamaji."""

@@ -1,0 +1,251 @@
+"""The stack config, parsed once into a typed model.
+
+Every user error becomes a ``ConfigError`` that names the config key, the bad value and what is
+allowed, raised before any resource is registered. Defaults here are the pinned versions of
+``../shared/reference/lab-facts.md``; ``Pulumi.yaml`` documents the same keys and defaults
+(a test keeps the two in step).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+
+from labconfig.gpu_models import (
+    KNOWN_GPU_MODELS,
+    NVML_MOCK_PROFILES,
+    GpuModel,
+    find_by_name,
+    lookup_model,
+    model_table,
+)
+from labconfig.kamaji_sources import kamaji_source
+
+PROJECT = "kamaji-hami-lab"
+
+KIND_NODE_IMAGE = (
+    "kindest/node:v1.35.0@sha256:452d707d4862f52530247495d180205e029056831160e22870e37e3f6c1ac31f"
+)
+# Stock Python (the agent needs only the standard library), pinned by digest.
+GPU_AGENT_IMAGE = (
+    "python:3.13.7-alpine3.22"
+    "@sha256:9ba6d8cbebf0fb6546ae71f2a1c14f6ffd2fdab83af7fa5669734ef30ad48844"
+)
+# kindest/node images by Kubernetes version, pinned by digest as kind asks. A tenant whose
+# version is not here must name its own `workerImage`.
+WORKER_IMAGES: dict[str, str] = {"v1.35.0": KIND_NODE_IMAGE}
+# Kamaji edge accepts tenant versions up to v1.36.x; its e2e runs v1.35.
+SUPPORTED_TENANT_MINORS = range(31, 37)
+
+# fullmatch, never match: "$" also matches before a trailing newline ("a\n" passed).
+DNS_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+
+
+def _dns_label(value: str) -> str:
+    if not DNS_LABEL.fullmatch(value):
+        raise ValueError("must be a DNS label: lower-case letters, digits and '-'")
+    return value
+
+
+# Names that become namespaces, node names, container and network names.
+DnsLabel = Annotated[str, AfterValidator(_dns_label)]
+K8S_VERSION = re.compile(r"v1\.(\d+)\.(\d+)")
+PINNED_NODE_IMAGE = re.compile(r"[\w./-]*kindest/node:(v1\.\d+\.\d+)@sha256:[0-9a-f]{64}")
+
+
+class ConfigError(Exception):
+    """A stack config value the lab cannot use; the message names the key."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(f"{key}: {message}")
+        self.key = key
+
+
+class _Model(BaseModel):
+    # camelCase keys like every Pulumi config, unknown keys rejected so typos do not pass silently.
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
+    )
+
+
+class GpuSpec(_Model):
+    """A group of identical cards on each GPU worker of a tenant."""
+
+    model: str = Field(min_length=1)
+    count: int = Field(default=1, ge=1, le=16)
+    memory_mb: int | None = Field(default=None, ge=1024, le=1_048_576)
+    cores: int = Field(default=100, ge=1, le=100)
+    product: str | None = None  # NVML name for a custom model; defaults to the model name
+
+    def resolved(self, table: dict[str, GpuModel] = KNOWN_GPU_MODELS) -> GpuModel:
+        """The card this entry describes, from the model table of its tenant's GPU mode."""
+        known = lookup_model(self.model, table)
+        if known is None:
+            # the model validator guarantees memory_mb for unknown models
+            return GpuModel(self.product or self.model, self.memory_mb or 0, self.cores)
+        return GpuModel(
+            self.product or known.product, self.memory_mb or known.memory_mb, self.cores
+        )
+
+
+class SchedulerPolicy(_Model):
+    node: Literal["binpack", "spread"] = "binpack"
+    gpu: Literal["spread", "binpack"] = "spread"
+
+
+class RemoteWorker(_Model):
+    """A GPU host reached over SSH (key: the secret `sshPrivateKey`), joined with kubeadm."""
+
+    name: DnsLabel = Field(min_length=1, max_length=63)
+    host: str = Field(min_length=1)
+    user: str = "root"
+    port: int = Field(default=22, ge=1, le=65535)
+
+
+class ProxyConfig(_Model):
+    """The proxy the worker containers and the kind cluster pull images through; none by default.
+
+    Taken from the stack config only, never from the environment of whoever runs Pulumi: the
+    workers' environment is ForceNew, so a stray HTTPS_PROXY in one shell would replace them.
+    kind's Command environment is no trigger: a change reaches only a cluster created later.
+    """
+
+    http: str = ""
+    https: str = ""
+    no_proxy: str = ""  # comma-separated, as NO_PROXY; the lab's own networks are added
+
+    @model_validator(mode="after")
+    def _a_proxy_for_no_proxy(self) -> ProxyConfig:
+        if self.no_proxy and not (self.http or self.https):
+            raise ValueError("noProxy is only used with http or https")
+        return self
+
+
+GpuMode = Literal["simulated", "nvml-mock", "real"]
+
+
+class TenantConfig(_Model):
+    name: DnsLabel = Field(min_length=1, max_length=40)
+    kubernetes_version: str = "v1.35.0"
+    worker_image: str | None = None
+    workers: int = Field(default=1, ge=1, le=20)
+    worker_mode: Literal["container", "remote"] = "container"
+    remote_workers: tuple[RemoteWorker, ...] = ()
+    # simulated: mock device plugin + gpu_agent; nvml-mock: HAMi's real device plugin on
+    # NVIDIA's fake NVML; real: HAMi's device plugin on real cards.
+    gpu_mode: GpuMode = "simulated"
+    gpus: tuple[GpuSpec, ...] = ()
+    pod_cidr: str = "10.244.0.0/16"
+    service_cidr: str = "10.96.0.0/16"
+    address: str | None = None
+    scheduler_policy: SchedulerPolicy = SchedulerPolicy()
+    gpu_quota_mb: int | None = Field(default=None, ge=1)
+
+    @field_validator("kubernetes_version")
+    @classmethod
+    def _supported_version(cls, value: str) -> str:
+        match = K8S_VERSION.fullmatch(value)
+        if not match:
+            raise ValueError("must look like v1.35.0")
+        minor = int(match.group(1))
+        if minor not in SUPPORTED_TENANT_MINORS:
+            lo, hi = SUPPORTED_TENANT_MINORS.start, SUPPORTED_TENANT_MINORS.stop - 1
+            raise ValueError(f"Kamaji supports tenant versions v1.{lo} to v1.{hi}")
+        return value
+
+    @property
+    def node_image(self) -> str:
+        return self.worker_image or WORKER_IMAGES[self.kubernetes_version]
+
+    @property
+    def worker_names(self) -> list[str]:
+        if self.worker_mode == "remote":
+            return [worker.name for worker in self.remote_workers]
+        return [f"{self.name}-worker-{i}" for i in range(1, self.workers + 1)]
+
+    @property
+    def container_workers(self) -> int:
+        return self.workers if self.worker_mode == "container" else 0
+
+    @property
+    def cards(self) -> list[GpuModel]:
+        """Every card of one GPU worker, in annotation order."""
+        table = model_table(self.gpu_mode)
+        return [gpu.resolved(table) for gpu in self.gpus for _ in range(gpu.count)]
+
+
+class LabConfig(_Model):
+    # kind: a kind cluster on this host; existing: a cluster given by kubeconfig or by the
+    # `managementKubeconfig` output of another stack (managementStack).
+    management_mode: Literal["kind", "existing"] = "kind"
+    management_kubeconfig: SecretStr = SecretStr("")
+    management_stack: str = ""
+    install_platform: bool = True  # existing mode: install cert-manager, MetalLB and Kamaji
+    ssh_private_key: SecretStr = SecretStr("")
+    proxy: ProxyConfig = ProxyConfig()
+    network_name: DnsLabel = "kamaji-hami-lab"
+    subnet: str = "172.30.0.0/16"
+    gateway: str = ""
+    container_range: str = ""
+    pool_range: str = ""
+    management_cluster_name: DnsLabel = "kamaji-hami-lab"
+    management_node_image: str = KIND_NODE_IMAGE
+    cert_manager_version: str = "v1.18.3"
+    metallb_version: str = "0.15.3"
+    # Kamaji's charts come from this tag's commit (labconfig/kamaji_sources.py).
+    kamaji_image_tag: str = "26.8.2-edge"
+    kamaji_etcd_replicas: int = Field(default=1, ge=1, le=5)
+    kamaji_etcd_volume_size: str = "2Gi"
+    flannel_chart_version: str = "v0.28.9"
+    hami_chart_version: str = "2.10.0"
+    hami_split_count: int = Field(default=10, ge=1, le=100)
+    hami_node_lock_timeout: str = "5m"
+    gpu_agent_image: str = GPU_AGENT_IMAGE
+    nvml_mock_chart_version: str = "0.3.0"
+    nvml_mock_image: str = "ghcr.io/nvidia/nvml-mock:0.3.0"
+    preflight: bool = True
+    validate_lab: bool = Field(default=True, alias="validate")
+    tenants: tuple[TenantConfig, ...] = Field(min_length=1)
+
+    @field_validator("management_node_image")
+    @classmethod
+    def _pinned(cls, value: str) -> str:
+        if not PINNED_NODE_IMAGE.fullmatch(value):
+            raise ValueError("must be a kindest/node image pinned by digest (…:v1.35.0@sha256:…)")
+        return value
+
+    @field_validator("kamaji_image_tag")
+    @classmethod
+    def _chart_source_pinned(cls, value: str) -> str:
+        kamaji_source(value)  # the charts are fetched from this tag's pinned commit
+        return value
+
+    @field_validator("hami_node_lock_timeout")
+    @classmethod
+    def _duration(cls, value: str) -> str:
+        if not re.fullmatch(r"\d+(s|m)", value):
+            raise ValueError("must be a duration such as 90s or 5m")
+        return value
+
+
+def nvml_mock_profile(tenant: TenantConfig) -> str:
+    """The nvml-mock profile of a tenant's single card model (validated by parse_config)."""
+    profile = find_by_name(NVML_MOCK_PROFILES, tenant.gpus[0].model)
+    assert profile is not None  # parse_config rejects models without a profile
+    return profile.name
+
+
+def kind_node_container(cluster_name: str) -> str:
+    """The docker container kind names after the cluster for its single node."""
+    return f"{cluster_name}-control-plane"
