@@ -3,18 +3,17 @@ from pathlib import Path
 
 import pytest
 
-# Tests import the project's packages (components, gpu_agent, labcheck) and their helpers.
+# Tests import the project's packages and their helpers (tests.support) from the project root.
 ROOT = Path(__file__).resolve().parent.parent
-for path in (ROOT, ROOT / "tests"):
-    if str(path) not in sys.path:
-        sys.path.insert(0, str(path))
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 
 
 @pytest.fixture(scope="session", autouse=True)
 def kamaji_charts_already_cached(tmp_path_factory: pytest.TempPathFactory):
     """Every program run finds the pinned Kamaji charts in a cache of its own, as on a machine
     that fetched them before: no test reaches GitHub or the user's real cache.
-    tests/test_platform.py runs the fetch itself against fake git and helm."""
+    tests/components/test_platform.py runs the fetch itself against fake git and helm."""
     from components.platform import kamaji_chart
     from labconfig.kamaji_sources import KAMAJI_SOURCES
 

@@ -11,7 +11,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from pulumi_harness import PROJECT_DIR
+
+from tests.support.pulumi_harness import PROJECT_DIR
 
 MAKE = shutil.which("make") or "make"  # the project's own entry point: no make, no lab
 

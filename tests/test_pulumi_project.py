@@ -29,7 +29,8 @@ from typing import Any
 
 import pytest
 import yaml
-from pulumi_harness import PROJECT_DIR
+
+from tests.support.pulumi_harness import PROJECT_DIR
 
 PROJECT_FILE = PROJECT_DIR / "Pulumi.yaml"
 STACK_FILES = sorted(PROJECT_DIR.glob("Pulumi.*.yaml"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import tomllib
 
-from pulumi_harness import PROJECT_DIR
+from tests.support.pulumi_harness import PROJECT_DIR
 
 
 def readme_commands() -> list[str]:

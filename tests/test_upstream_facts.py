@@ -11,7 +11,7 @@ import ast
 import re
 from pathlib import Path
 
-from pulumi_harness import PROJECT_DIR
+from tests.support.pulumi_harness import PROJECT_DIR
 
 FACTS_DIR = PROJECT_DIR / "docs" / "upstream-facts"
 TESTS_DIR = PROJECT_DIR / "tests"

@@ -40,7 +40,6 @@ from typing import Any
 
 import pytest
 from controlplane import ControlPlane, ControlPlaneError
-from pulumi_harness import lab_stack_config
 
 from components.tenant.simulated_gpus import (
     CONFIG_MOUNT,
@@ -53,6 +52,7 @@ from gpu_agent import Agent, HttpKubeApi
 from gpu_agent import parse_config as parse_agent_config
 from gpu_agent.agent import POD_SELECTOR
 from labconfig.parse import parse_config
+from tests.support.pulumi_harness import lab_stack_config
 
 NOBODY = 65534  # the Deployment's runAsUser
 PYTHON = "/usr/bin/python3"

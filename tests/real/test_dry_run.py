@@ -15,7 +15,8 @@ from collections import defaultdict
 from typing import Any
 
 import pytest
-from pulumi_harness import FAKE_KUBECONFIG, Registration, run_program, stack_config
+
+from tests.support.pulumi_harness import FAKE_KUBECONFIG, Registration, run_program, stack_config
 
 STACKS = ("lab", "nvml", "gpu")
 # The gpu stack's two secrets, set as Pulumi.gpu.yaml tells the user to.

@@ -30,7 +30,6 @@ from typing import Any
 import pytest
 import yaml
 from controlplane import ControlPlane, free_port
-from pulumi_harness import ProgramRun, Registration, run_program, stack_config
 
 from labcheck import RUN_ID_LABEL
 from labcheck.checks import ALL_CHECKS
@@ -46,6 +45,7 @@ from labcheck.result import Result, Status
 from labcheck.runner import Check, RunOutcome, run_checks
 from labcheck.spec import parse_spec
 from labcheck.waiting import SystemClock
+from tests.support.pulumi_harness import ProgramRun, Registration, run_program, stack_config
 
 TENANTS = ("tenant-a", "tenant-b")
 ISOLATION = ["isolation.cross-tenant", "isolation.management"]

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 from binaries import bin_path
-from pulumi_harness import FAKE_KUBECONFIG, PROJECT, PROJECT_DIR, stack_config
+
+from tests.support.pulumi_harness import FAKE_KUBECONFIG, PROJECT, PROJECT_DIR, stack_config
 
 STACKS = ("lab", "nvml", "gpu")
 PASSPHRASE = "real-tier-passphrase"

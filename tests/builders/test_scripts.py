@@ -1,0 +1,588 @@
+"""The generated shell scripts, run for real on a fake host (tests/support/fake_host.py).
+
+The fakes honour their inputs (which kubeconfig, which container state, which flags) and keep
+the state a script changes, so each test asserts on effects: the node object deleted, the file
+mode of the admin kubeconfig, the temp files gone, containerd's config after the merge.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+
+from builders.remote_scripts import (
+    node_registered_script,
+    prepare_script,
+    remote_join_script,
+    remote_reset_script,
+)
+from builders.scripts import (
+    SET_KUBELET_NODE_LABELS,
+    api_server_healthz_wait_script,
+    control_plane_admission_wait_script,
+    kind_cluster_config,
+    kind_create_script,
+    kind_delete_script,
+    metallb_webhook_wait_script,
+    node_delete_script,
+    worker_join_script,
+)
+from tests.support.fake_host import CONTAINERD_SOCKET, FakeHost, registered_labels
+
+IMAGE = "kindest/node:v1.35.0@sha256:" + "1" * 64
+NODE = "tenant-a-worker-1"
+DOCKER_CONTAINERD_CONFIG = 'disabled_plugins = ["cri"]\n\n#root = "/var/lib/containerd"\n'
+
+
+@pytest.fixture
+def host(tmp_path: Path) -> FakeHost:
+    return FakeHost(tmp_path / "host")
+
+
+def kind_env(**extra: str) -> dict[str, str]:
+    return {
+        "KIND_CLUSTER_NAME": "lab",
+        "KIND_CONFIG": kind_cluster_config("lab", IMAGE),
+        "KIND_NODE_IMAGE": IMAGE,
+        "KIND_EXPERIMENTAL_DOCKER_NETWORK": "kamaji-hami-lab",
+        **extra,
+    }
+
+
+def tmp_files(host: FakeHost) -> list[Path]:
+    """Files the scripts left in the temp directory they were given."""
+    return sorted((host.state.root / "tmp").glob("*"))
+
+
+def run(host: FakeHost, script: str, stdin: str = "", **env: str):
+    (host.state.root / "tmp").mkdir(exist_ok=True)
+    return host.run(script, stdin, TMPDIR=str(host.state.root / "tmp"), **env)
+
+
+SCRIPTS = {
+    "kind-create": kind_create_script(),
+    "kind-delete": kind_delete_script(),
+    "metallb-wait": metallb_webhook_wait_script(),
+    "tcp-admission-wait": control_plane_admission_wait_script(),
+    "api-healthz-wait": api_server_healthz_wait_script(),
+    "worker-join": worker_join_script(),
+    "node-delete": node_delete_script(),
+    "node-registered": node_registered_script(),
+    "prepare-lab": prepare_script("gpu-host-1", "v1.35.0", "nvml-mock"),
+    "prepare-real-v1.36": prepare_script("gpu-host-1", "v1.36.0", "real"),
+    "remote-join": remote_join_script("gpu-host-1", "gpu=on"),
+    "remote-reset": remote_reset_script("gpu-host-1"),
+    "set-node-labels": SET_KUBELET_NODE_LABELS,
+}
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_every_generated_script_is_valid_strict_bash(name: str):
+    script = SCRIPTS[name]
+    assert script.startswith("set -eu\n")
+    done = subprocess.run(["bash", "-n"], input=script, text=True, capture_output=True)
+    assert done.returncode == 0, done.stderr
+
+
+# --------------------------------------------------------------------------- kind
+
+
+def test_kind_config_is_ipv4_single_node_pinned():
+    cfg = yaml.safe_load(kind_cluster_config("lab", "img@sha256:x"))
+    assert cfg["networking"] == {"ipFamily": "ipv4"}
+    assert cfg["nodes"] == [{"role": "control-plane", "image": "img@sha256:x"}]
+
+
+@pytest.mark.upstream("kind-kubeconfig-flag")
+def test_kind_create_on_the_lab_network_prints_only_the_kubeconfig(host: FakeHost):
+    """m2: kind writes its context to a temp file (removed), never to the user's kubeconfig."""
+    result = run(host, kind_create_script(), **kind_env())
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "apiVersion: v1\nkind: Config\ncurrent-context: kind-lab\n"
+    (create,) = [c for c in host.calls("kind") if c[1] == "create"]
+    kubeconfig = create[create.index("--kubeconfig") + 1]
+    assert kubeconfig.startswith(str(host.state.root / "tmp"))
+    node = host.containers()["lab-control-plane"]
+    assert (node["image"], node["networks"]) == (IMAGE, ["kamaji-hami-lab"])
+    assert not (host.state.root / "home/.kube/config").exists()
+    assert tmp_files(host) == []  # kind's kubeconfig and the config file are gone
+
+
+def test_kind_create_reuses_the_lab_cluster(host: FakeHost):
+    host.add_kind_cluster("lab", IMAGE, "kamaji-hami-lab")
+    result = run(host, kind_create_script(), **kind_env())
+    assert result.returncode == 0, result.stderr
+    assert not [c for c in host.calls("kind") if c[1] == "create"]
+    assert "reusing it" in result.stderr
+    assert result.stdout == "kubeconfig-of-lab\n"
+
+
+@pytest.mark.upstream("kind-node-container")
+@pytest.mark.parametrize(
+    ("image", "network", "named"),
+    [
+        (IMAGE, "kind", "on the network(s) 'kind', not kamaji-hami-lab"),
+        ("kindest/node:v1.34.0", "kamaji-hami-lab", "runs 'kindest/node:v1.34.0', not " + IMAGE),
+    ],
+)
+def test_kind_create_refuses_a_cluster_it_did_not_make(host, image, network, named):
+    """m2: a leftover cluster of that name (kind's own dual-stack network, another image)."""
+    host.add_kind_cluster("lab", image, network)
+    result = run(host, kind_create_script(), **kind_env())
+    assert result.returncode == 1
+    assert named in result.stderr
+    assert "kind delete cluster --name lab" in result.stderr
+    assert result.stdout == ""  # no kubeconfig reaches the provider
+
+
+def test_kind_create_failure_stops_the_script(host: FakeHost):
+    result = run(host, kind_create_script(), **kind_env(FAKE_KIND_CREATE_FAILS="1"))
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert not [c for c in host.calls("kind") if c[1] == "get" and c[2] == "kubeconfig"]
+    assert tmp_files(host) == []
+
+
+@pytest.mark.upstream("kind-kubeconfig-flag")
+def test_kind_delete_leaves_the_users_kubeconfig_alone(host: FakeHost):
+    host.add_kind_cluster("lab", IMAGE, "kamaji-hami-lab")
+    result = run(host, kind_delete_script(), KIND_CLUSTER_NAME="lab")
+    assert result.returncode == 0, result.stderr
+    assert "lab-control-plane" not in host.containers()
+    assert not (host.state.root / "home/.kube/config").exists()
+    assert tmp_files(host) == []
+
+
+# --------------------------------------------------------------------------- MetalLB
+
+
+def test_metallb_wait_retries_until_the_webhook_admits_the_pool(host: FakeHost):
+    result = run(
+        host,
+        metallb_webhook_wait_script(30),
+        LAB_KUBECONFIG="management-kc",
+        METALLB_MANIFEST="kind: IPAddressPool",
+        FAKE_WEBHOOK_FAILS="2",
+    )
+    assert result.returncode == 0, result.stderr
+    assert len([c for c in host.calls("kubectl") if "--dry-run=server" in c]) == 3
+    assert host.calls("kubectl")[0][1:4] == ["-n", "metallb-system", "rollout"]
+    assert tmp_files(host) == []
+
+
+def test_metallb_wait_gives_up_with_the_webhook_error(host: FakeHost):
+    result = run(
+        host,
+        metallb_webhook_wait_script(0),
+        LAB_KUBECONFIG="kc",
+        METALLB_MANIFEST="x",
+        FAKE_WEBHOOK_FAILS="99",
+    )
+    assert result.returncode == 1
+    assert "ipaddresspoolvalidationwebhook.metallb.io" in result.stderr
+    assert tmp_files(host) == []
+
+
+def test_metallb_wait_stops_when_the_controller_never_rolls_out(host: FakeHost):
+    result = run(
+        host,
+        metallb_webhook_wait_script(30),
+        LAB_KUBECONFIG="kc",
+        METALLB_MANIFEST="x",
+        FAKE_ROLLOUT_FAILS="1",
+    )
+    assert result.returncode == 1
+    assert "timed out waiting for the condition" in result.stderr
+    assert not [c for c in host.calls("kubectl") if "--dry-run=server" in c]
+    assert tmp_files(host) == []
+
+
+# --------------------------------------------------------------------------- container workers
+
+
+def join(host: FakeHost, timeout: int = 30, labels: str = "gpu=on", **env: str):
+    env = {
+        "NODE_NAME": NODE,
+        "NODE_LABELS": labels,
+        "LAB_KUBECONFIG": host.tenant_kubeconfig,
+        **env,
+    }
+    return run(host, worker_join_script(timeout), **env)
+
+
+@pytest.mark.upstream("kubelet-node-labels-at-registration")
+def test_join_registers_the_node_with_its_labels(host: FakeHost):
+    """T6: the label comes with the registration, kind's own kubelet arguments stay."""
+    root = host.add_container(NODE)
+    host.set_tenant(token_failures=2)
+    result = join(host)
+    assert result.returncode == 0, result.stderr
+    assert host.tenant_nodes() == {NODE: {"gpu": "on"}}
+    assert (root / "etc/default/kubelet").read_text() == (
+        'KUBELET_EXTRA_ARGS="--runtime-cgroups=/system.slice/containerd.service'
+        ' --node-labels=gpu=on"\n'
+    )
+    tokens = [c for c in host.calls("kubeadm") if c[1:3] == ["token", "create"]]
+    assert len(tokens) == 3  # retried until Kamaji's bootstrap RBAC is there
+    (joined,) = [c for c in host.calls("kubeadm") if c[1] == "join"]
+    assert "--ignore-preflight-errors=SystemVerification,FileExisting,Swap" in joined
+
+
+def test_join_hands_the_admin_kubeconfig_over_privately(host: FakeHost):
+    """Through stdin into a 0600 file, removed before the join; never on a command line."""
+    root = host.add_container(NODE)
+    assert join(host).returncode == 0
+    auths = [c[1] for c in host.calls("auth")]
+    assert auths == [f"kubeconfig={root}/etc/kubernetes/lab-admin.conf mode=600"]
+    assert not (root / "etc/kubernetes/lab-admin.conf").exists()
+    assert not any(host.tenant_kubeconfig in " ".join(c) for c in host.calls())
+
+
+def test_join_is_skipped_for_a_joined_node(host: FakeHost):
+    root = host.add_container(NODE)
+    (root / "etc/kubernetes/kubelet.conf").write_text("joined")
+    result = join(host)
+    assert result.returncode == 0
+    assert "already joined" in result.stderr
+    assert host.calls("kubeadm") == []
+
+
+def test_join_without_a_token_fails_and_removes_the_admin_kubeconfig(host: FakeHost):
+    root = host.add_container(NODE)
+    host.set_tenant(token_failures=99)
+    result = join(host, timeout=0)
+    assert result.returncode == 1
+    assert f"{NODE}: no bootstrap token from the tenant within 0s" in result.stderr
+    assert not (root / "etc/kubernetes/lab-admin.conf").exists()  # the trap removed it
+
+
+def test_a_failed_kubeadm_join_fails_the_script(host: FakeHost):
+    host.add_container(NODE)
+    host.set_tenant(join_fails=True)
+    result = join(host)
+    assert result.returncode == 1
+    assert "timed out waiting for the condition" in result.stderr
+    assert f"{NODE} joined" not in result.stderr
+    assert host.tenant_nodes() == {}
+
+
+def test_join_of_a_stopped_container_fails_before_touching_the_tenant(host: FakeHost):
+    host.add_container(NODE, running=False)
+    result = join(host)
+    assert result.returncode == 1
+    assert f"container {NODE} is not running" in result.stderr
+    assert host.calls("auth") == []
+
+
+@pytest.mark.upstream("docker-exec-needs-running-container")
+@pytest.mark.parametrize("container", ["running", "stopped", "gone"])
+def test_leave_deletes_the_node_whatever_state_the_container_is_in(host, container):
+    """T8: destroy must not stop on a stopped or vanished worker; the node object goes anyway."""
+    if container != "gone":
+        host.add_container(NODE, running=container == "running")
+    host.set_tenant(nodes={NODE: {}, "tenant-a-worker-2": {}})
+    result = run(host, node_delete_script(), NODE_NAME=NODE, LAB_KUBECONFIG=host.tenant_kubeconfig)
+    assert result.returncode == 0, result.stderr
+    assert host.tenant_nodes() == {"tenant-a-worker-2": {}}
+    assert host.calls("docker") == []
+    assert tmp_files(host) == []  # the kubeconfig copy is gone
+
+
+@pytest.mark.upstream("kamaji-admin-certificate-lifetime")
+@pytest.mark.parametrize(
+    ("tenant", "error"),
+    [
+        ({"unreachable": True}, "Unable to connect to the server"),
+        ({"kubeconfig": "rotated-admin-kubeconfig"}, "Unauthorized"),
+    ],
+)
+def test_leave_warns_but_never_blocks_destroy(host, tenant, error):
+    """T13: a tenant that is gone, or no longer accepts the stored kubeconfig, only warns."""
+    host.set_tenant(nodes={NODE: {}}, **tenant)
+    result = run(
+        host, node_delete_script(), NODE_NAME=NODE, LAB_KUBECONFIG="tenant-admin-kubeconfig"
+    )
+    assert result.returncode == 0
+    assert error in result.stderr
+    assert f"warning: could not delete node {NODE} from its tenant" in result.stderr
+    assert tmp_files(host) == []
+
+
+# --------------------------------------------------------------------------- kubelet labels
+
+
+def set_labels(path: Path, labels: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["sh", "-c", SET_KUBELET_NODE_LABELS, "sh", str(path), labels],
+        capture_output=True,
+        text=True,
+    )
+
+
+def kubelet_defaults(root: Path, content: str | None = None) -> Path:
+    path = root / "etc/default/kubelet"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if content is not None:
+        path.write_text(content)
+    return path
+
+
+@pytest.mark.upstream("kubelet-node-labels-at-registration")
+def test_node_labels_are_set_replaced_and_removed_keeping_other_arguments(tmp_path: Path):
+    defaults = kubelet_defaults(
+        tmp_path, "# by hand\nKUBELET_EXTRA_ARGS=--runtime-cgroups=/system.slice"
+    )
+    assert set_labels(defaults, "gpu=on").returncode == 0
+    assert set_labels(defaults, "gpu=on").returncode == 0  # idempotent
+    assert registered_labels(tmp_path) == {"gpu": "on"}
+    assert defaults.read_text() == (
+        '# by hand\nKUBELET_EXTRA_ARGS="--runtime-cgroups=/system.slice --node-labels=gpu=on"\n'
+    )
+    set_labels(defaults, "gpu=on,zone=a")
+    assert registered_labels(tmp_path) == {"gpu": "on", "zone": "a"}
+    set_labels(defaults, "")
+    assert (
+        defaults.read_text() == '# by hand\nKUBELET_EXTRA_ARGS="--runtime-cgroups=/system.slice"\n'
+    )
+
+
+def test_node_labels_on_a_host_without_the_defaults_file(tmp_path: Path):
+    defaults = kubelet_defaults(tmp_path)
+    assert set_labels(defaults, "gpu=on").returncode == 0
+    assert defaults.read_text() == 'KUBELET_EXTRA_ARGS="--node-labels=gpu=on"\n'
+
+
+# --------------------------------------------------------------------------- remote hosts
+
+
+def remote_config(host: FakeHost) -> str:
+    return (host.state.host_root / "etc/containerd/config.toml").read_text()
+
+
+def containerd_restarts(host: FakeHost) -> int:
+    return host.calls().count(["systemctl", "restart", "containerd"])
+
+
+def test_prepare_installs_containerd_and_kubeadm_on_a_bare_host(host: FakeHost):
+    result = host.run_remote(prepare_script("gpu-host-1", "v1.35.0", "nvml-mock"))
+    assert result.returncode == 0, result.stderr
+    assert "gpu-host-1: prepared for Kubernetes v1.35.0" in result.stderr
+    assert host.remote()["kubeadm_version"] == "v1.35.0"
+    config = remote_config(host)
+    assert "SystemdCgroup = true" in config and "disabled_plugins = []" in config
+    assert containerd_restarts(host) == 1
+
+
+def test_prepare_stops_at_the_first_failing_step(host: FakeHost):
+    host.set_remote(offline=True)
+    result = host.run_remote(prepare_script("gpu-host-1", "v1.35.0", "nvml-mock"))
+    assert result.returncode == 100
+    assert "Temporary failure resolving" in result.stderr
+    assert "prepared" not in result.stderr
+    assert host.calls("containerd") == []
+
+
+@pytest.mark.parametrize("script", ["prepare", "join", "reset"])
+def test_remote_scripts_need_passwordless_sudo(host: FakeHost, script: str):
+    """A prompt would hang the SSH session: sudo -n fails at once, and so does the script."""
+    host.set_remote(kubeadm_version="v1.35.0", sudo_password=True)
+    scripts = {
+        "prepare": prepare_script("h", "v1.35.0", "nvml-mock"),
+        "join": remote_join_script("h", "gpu=on"),
+        "reset": remote_reset_script("h"),
+    }
+    result = host.run_remote(scripts[script], stdin=host.tenant_kubeconfig)
+    assert result.returncode == 1
+    assert "sudo: a password is required" in result.stderr
+    assert host.tenant_nodes() == {}
+
+
+@pytest.mark.upstream("containerd-io-disables-cri")
+def test_prepare_enables_cri_in_dockers_containerd_config(host: FakeHost):
+    """T5: Docker's containerd.io ships `disabled_plugins = ["cri"]`; kubeadm would fail."""
+    host.set_remote(containerd_version="1.7.27", kubeadm_version="v1.35.0")
+    (host.state.host_root / "etc/containerd").mkdir(parents=True)
+    (host.state.host_root / "etc/containerd/config.toml").write_text(DOCKER_CONTAINERD_CONFIG)
+    result = host.run_remote(prepare_script("gpu-host-1", "v1.35.0", "nvml-mock"))
+    assert result.returncode == 0, result.stderr
+    config = remote_config(host)
+    assert '"cri"' not in config and "SystemdCgroup = true" in config
+    backup = host.state.host_root / "etc/containerd/config.toml.bak"
+    assert backup.read_text() == DOCKER_CONTAINERD_CONFIG
+    assert containerd_restarts(host) == 1
+    # ...and a second prepare changes nothing, so containerd is left running
+    assert host.run_remote(prepare_script("gpu-host-1", "v1.35.0", "nvml-mock")).returncode == 0
+    assert containerd_restarts(host) == 1
+
+
+def test_prepare_merges_an_existing_full_config(host: FakeHost):
+    """T5: settings the host owner made stay; only CRI and the cgroup driver are changed."""
+    host.set_remote(containerd_version="1.7.27", kubeadm_version="v1.35.0")
+    (host.state.host_root / "etc/containerd").mkdir(parents=True)
+    (host.state.host_root / "etc/containerd/config.toml").write_text(
+        "version = 2\n"
+        'disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.snapshotter.v1.zfs"]\n'
+        'root = "/data/containerd"\n'
+        '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]\n'
+        "  SystemdCgroup = false\n"
+    )
+    assert host.run_remote(prepare_script("h", "v1.35.0", "nvml-mock")).returncode == 0
+    assert remote_config(host) == (
+        'version = 2\ndisabled_plugins = ["io.containerd.snapshotter.v1.zfs"]\n'
+        'root = "/data/containerd"\n'
+        '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]\n'
+        "  SystemdCgroup = true\n"
+    )
+
+
+@pytest.mark.upstream("kubernetes-1-36-needs-containerd-2")
+@pytest.mark.parametrize(("containerd", "ok"), [("1.7.27", False), ("2.1.4", True)])
+def test_prepare_checks_containerd_against_the_tenant_version(host, containerd, ok):
+    """T5: from Kubernetes v1.36 on, containerd 2.x; the failure names the fix."""
+    host.set_remote(containerd_version=containerd, kubeadm_version="v1.36.0")
+    result = host.run_remote(prepare_script("gpu-host-1", "v1.36.0", "nvml-mock"))
+    assert (result.returncode == 0) is ok, result.stderr
+    if not ok:
+        too_old = "gpu-host-1: containerd 1.7.27 is too old for Kubernetes v1.36.0,"
+        assert f"{too_old} which needs containerd 2.x" in result.stderr
+        assert "install containerd 2.x" in result.stderr
+        assert not (host.state.host_root / "etc/containerd/config.toml").exists()
+
+
+RUNC_OPTIONS = {
+    2: ("plugins", "io.containerd.grpc.v1.cri", "containerd", "runtimes", "runc", "options"),
+    3: ("plugins", "io.containerd.cri.v1.runtime", "containerd", "runtimes", "runc", "options"),
+}
+
+
+def runc_options(config: dict) -> dict:
+    """The CRI runc options containerd reads, at the table of the file's config version."""
+    table = config
+    for key in RUNC_OPTIONS[config["version"]]:
+        table = table[key]
+    return table
+
+
+@pytest.mark.upstream("containerd-default-config-systemd-cgroup")
+@pytest.mark.parametrize(
+    ("containerd", "kubernetes", "version"),
+    [
+        ("1.7.27", "v1.35.0", 2),
+        ("2.0.0", "v1.36.0", 3),  # the key left out of the defaults
+        ("2.1.4", "v1.36.0", 3),  # the key left out of the defaults
+        ("2.0.7", "v1.36.0", 3),  # the backport of containerd#12244
+        ("2.1.5", "v1.36.0", 3),
+        ("2.2.1", "v1.36.0", 3),
+    ],
+)
+def test_prepare_sets_the_systemd_cgroup_driver_in_containerds_defaults(
+    host: FakeHost, containerd: str, kubernetes: str, version: int
+):
+    """T5: containerd 2.0.0-2.0.6 and 2.1.0-2.1.4 print no `SystemdCgroup` in their default
+    config (containerd#12101): the key is added to the runc options of the file's version,
+    the file stays TOML that containerd loads, and a second prepare changes nothing."""
+    host.set_remote(containerd_version=containerd, kubeadm_version=kubernetes)
+    result = host.run_remote(prepare_script("gpu-host-1", kubernetes, "nvml-mock"))
+    assert result.returncode == 0, result.stderr
+    text = remote_config(host)
+    config = tomllib.loads(text)
+    assert config["version"] == version
+    options = runc_options(config)
+    assert options["SystemdCgroup"] is True
+    assert options["BinaryName"] == ""  # containerd's other defaults stay
+    assert text.count("SystemdCgroup") == 1
+    assert containerd_restarts(host) == 1
+    assert host.run_remote(prepare_script("gpu-host-1", kubernetes, "nvml-mock")).returncode == 0
+    assert (remote_config(host), containerd_restarts(host)) == (text, 1)
+
+
+def test_prepare_of_a_real_gpu_host_needs_the_driver(host: FakeHost):
+    host.set_remote(containerd_version="2.1.4", kubeadm_version="v1.35.0")
+    result = host.run_remote(prepare_script("gpu-host-1", "v1.35.0", "real"))
+    assert result.returncode == 1
+    assert "gpu-host-1: no working NVIDIA driver (nvidia-smi failed)" in result.stderr
+    host.set_remote(gpus=["NVIDIA L4"])
+    result = host.run_remote(prepare_script("gpu-host-1", "v1.35.0", "real"))
+    assert result.returncode == 0, result.stderr
+    assert "runtimes.nvidia" in remote_config(host)
+
+
+@pytest.mark.upstream("kubeadm-needs-cri-socket-with-two-runtimes")
+def test_remote_join_names_the_cri_socket_and_registers_the_label(host: FakeHost):
+    """T12 and T6: a host with containerd and cri-dockerd joins; the node is a GPU node."""
+    host.set_remote(
+        kubeadm_version="v1.35.0",
+        cri_sockets=[CONTAINERD_SOCKET, "unix:///var/run/cri-dockerd.sock"],
+    )
+    result = host.run_remote(
+        remote_join_script("gpu-host-1", "gpu=on"), stdin=host.tenant_kubeconfig
+    )
+    assert result.returncode == 0, result.stderr
+    assert host.tenant_nodes() == {"gpu-host-1": {"gpu": "on"}}
+    (joined,) = [c for c in host.calls("kubeadm") if c[1] == "join"]
+    assert joined[-4:] == ["--node-name", "gpu-host-1", "--cri-socket", CONTAINERD_SOCKET]
+    admin = host.state.host_root / "etc/kubernetes/lab-admin.conf"
+    assert [c[1] for c in host.calls("auth")] == [f"kubeconfig={admin} mode=600"]
+    assert not admin.exists()
+
+
+def test_remote_join_of_a_joined_host_only_reads_stdin(host: FakeHost):
+    (host.state.host_root / "etc/kubernetes").mkdir(parents=True)
+    (host.state.host_root / "etc/kubernetes/kubelet.conf").write_text("joined")
+    result = host.run_remote(remote_join_script("gpu-host-1", "gpu=on"), stdin="kc")
+    assert result.returncode == 0
+    assert "gpu-host-1 already joined" in result.stderr
+    assert host.calls("kubeadm") == []
+
+
+def test_remote_join_without_a_token_removes_the_admin_kubeconfig(host: FakeHost):
+    host.set_remote(kubeadm_version="v1.35.0")
+    result = host.run_remote(remote_join_script("h", "", 0), stdin="wrong-kubeconfig")
+    assert result.returncode == 1
+    assert "h: no bootstrap token from the tenant within 0s" in result.stderr
+    assert not (host.state.host_root / "etc/kubernetes/lab-admin.conf").exists()
+
+
+@pytest.mark.upstream("kubeadm-reset-leaves-cni-state")
+def test_remote_reset_removes_flannels_state_and_the_labels(host: FakeHost):
+    """T12: after reset the host can join again with nothing of the old node left."""
+    host.set_remote(
+        kubeadm_version="v1.35.0",
+        cri_sockets=[CONTAINERD_SOCKET, "unix:///var/run/cri-dockerd.sock"],
+        links=["flannel.1"],
+    )
+    host.run_remote(remote_join_script("gpu-host-1", "gpu=on"), stdin=host.tenant_kubeconfig)
+    conflist = host.state.host_root / "etc/cni/net.d/10-flannel.conflist"
+    conflist.parent.mkdir(parents=True)
+    conflist.write_text("{}")
+    result = host.run_remote(remote_reset_script("gpu-host-1"))
+    assert result.returncode == 0, result.stderr
+    assert not conflist.exists()
+    assert host.remote()["links"] == []
+    assert not (host.state.host_root / "etc/kubernetes/kubelet.conf").exists()
+    assert registered_labels(host.state.host_root) == {}
+    # a second reset (nothing left to remove) still succeeds
+    assert host.run_remote(remote_reset_script("gpu-host-1")).returncode == 0
+
+
+def test_remote_reset_goes_on_when_kubeadm_reset_fails(host: FakeHost):
+    """Destroy must not stop on a host whose reset fails; the CNI state still goes."""
+    host.set_remote(kubeadm_version="v1.35.0", reset_fails=True, links=["flannel.1"])
+    result = host.run_remote(remote_reset_script("gpu-host-1"))
+    assert result.returncode == 0
+    assert "gpu-host-1: kubeadm reset failed" in result.stderr
+    assert host.remote()["links"] == []
+
+
+def test_registered_waits_for_the_node_object(host: FakeHost):
+    env = {"NODE_NAME": "gpu-host-1", "LAB_KUBECONFIG": host.tenant_kubeconfig}
+    missing = run(host, node_registered_script(0), **env)
+    assert missing.returncode == 1
+    assert "gpu-host-1 did not register within 0s" in missing.stderr
+    host.set_tenant(nodes={"gpu-host-1": {}})
+    assert run(host, node_registered_script(0), **env).returncode == 0
+    assert tmp_files(host) == []

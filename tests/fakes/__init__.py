@@ -1,1 +1,0 @@
-"""In-memory test doubles."""

@@ -1,0 +1,113 @@
+"""`python -m labcheck`: sources, reports, exit codes, interruption."""
+
+from __future__ import annotations
+
+import io
+import json
+import signal
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from labcheck.cli import main
+from labcheck.runner import Interrupted, SignalGuard
+from tests.support.labcheck_fakes import standard_lab
+
+
+def write_spec(tmp_path, lab):
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(lab.spec))
+    return path
+
+
+def call(argv, lab, **kw):
+    out = io.StringIO()
+    code = main(argv, out=out, factory=lab.factory, clock=lab.clock, run_id="c1", **kw)
+    return code, out.getvalue()
+
+
+def test_spec_file_run_writes_reports_and_exits_zero(tmp_path):
+    lab = standard_lab()
+    code, text = call(
+        ["--spec", str(write_spec(tmp_path, lab)), "--report-dir", str(tmp_path / "rep")], lab
+    )
+    assert code == 0, text
+    assert "OK:" in text and "labcheck-junit.xml" in text
+    data = json.loads((tmp_path / "rep" / "labcheck-report.json").read_text())
+    assert data["ok"] and data["runId"] == "c1" and data["summary"]["fail"] == 0
+    suite = ET.parse(tmp_path / "rep" / "labcheck-junit.xml").getroot().find("testsuite")
+    assert suite.get("failures") == "0" and int(suite.get("skipped")) == 3
+
+
+def test_failure_exits_one(tmp_path):
+    lab = standard_lab()
+    lab.tenant("tenant-a").knobs.webhook = False
+    code, text = call(["--spec", str(write_spec(tmp_path, lab)), "--only", "hami.*"], lab)
+    assert code == 1
+    assert "schedulerName is default-scheduler" in text and "FAILED" in text
+
+
+def test_spec_env(tmp_path, monkeypatch):
+    lab = standard_lab()
+    monkeypatch.setenv("LABCHECK_SPEC", json.dumps(json.dumps(lab.spec)))
+    code, _ = call(["--spec-env", "LABCHECK_SPEC", "--only", "tenant.api"], lab)
+    assert code == 0
+
+
+def test_bad_spec_exits_two_and_names_the_key(tmp_path, capsys):
+    lab = standard_lab()
+    lab.spec["tenants"][0]["gpuMode"] = "gpu-ish"
+    code, _ = call(["--spec", str(write_spec(tmp_path, lab))], lab)
+    assert code == 2
+    assert "tenants[0].gpuMode" in capsys.readouterr().err
+
+
+def test_stack_source_uses_pulumi(monkeypatch):
+    lab = standard_lab()
+    seen = []
+
+    def fake_load(stack, cwd=None):
+        seen.append((stack, cwd))
+        from labcheck.spec import parse_spec
+
+        return parse_spec(lab.spec)
+
+    monkeypatch.setattr("labcheck.cli.load_from_stack", fake_load)
+    code, _ = call(["--stack", "lab", "--cwd", "/proj", "--only", "tcp.*"], lab)
+    assert code == 0 and seen == [("lab", "/proj")]
+
+
+def test_list_and_usage_errors():
+    lab = standard_lab()
+    code, text = call(["--list"], lab)
+    assert code == 0 and "gpu.node-lock" in text and "isolation.cross-tenant" in text
+    with pytest.raises(SystemExit) as exc:
+        call([], lab)
+    assert exc.value.code == 2
+    with pytest.raises(SystemExit):
+        call(["--stack", "lab", "--spec", "x"], lab)
+
+
+def test_sigterm_mid_run_cleans_up_and_exits_143(tmp_path):
+    lab = standard_lab()
+    server = lab.tenant("tenant-b")
+    created = []
+
+    def hook(name, args):
+        if name == "create_pod":
+            created.append(args)
+            if len(created) == 3:
+                raise Interrupted(signal.SIGTERM)
+
+    server.hook = hook
+    code, text = call(
+        ["--spec", str(write_spec(tmp_path, lab)), "--report-dir", str(tmp_path)],
+        lab,
+        guard=SignalGuard(),
+    )
+    assert code == 128 + signal.SIGTERM
+    assert "INTERRUPTED" in text
+    assert not server.pods and "labcheck-c1" not in server.namespaces
+    assert not lab.tenant("tenant-a").pods
+    data = json.loads((tmp_path / "labcheck-report.json").read_text())
+    assert data["interrupted"] is True and data["results"][-1]["check"] == "cleanup"

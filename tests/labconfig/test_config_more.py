@@ -1,0 +1,207 @@
+"""Worker names, and what each GPU mode can really show a node.
+
+Names: one docker container / node name each, never kind's own node container. GPUs: the mock
+device plugin's message limit (T3), and the cards nvml-mock's profiles report (T4).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+from labconfig.gpu_models import hami_card_type
+from labconfig.model import ConfigError, TenantConfig, kind_node_container, nvml_mock_profile
+from labconfig.parse import parse_config
+from tests.support.pulumi_harness import run_program, stack_config
+
+SSH = {"sshPrivateKey": "-----BEGIN OPENSSH PRIVATE KEY-----\nx\n"}
+
+
+def remote(name: str, *hosts: str) -> dict:
+    workers = [{"name": host, "host": f"{host}.example"} for host in hosts]
+    return {"name": name, "workerMode": "remote", "gpuMode": "real", "remoteWorkers": workers}
+
+
+def error_for(raw: dict) -> ConfigError:
+    with pytest.raises(ConfigError) as info:
+        parse_config(raw)
+    return info.value
+
+
+def test_remote_worker_names_are_unique_across_tenants():
+    error = error_for({"tenants": [remote("a", "gpu-1"), remote("b", "gpu-2", "gpu-1")], **SSH})
+    assert error.key == "tenants[1].name"
+    assert str(error) == "tenants[1].name: worker 'gpu-1' is also a worker of tenants[0]"
+
+
+def test_a_remote_worker_cannot_take_a_container_workers_name():
+    error = error_for({"tenants": [{"name": "a", "workers": 2}, remote("b", "a-worker-2")], **SSH})
+    assert error.key == "tenants[1].name"
+    assert "'a-worker-2' is also a worker of tenants[0]" in str(error)
+
+
+def test_worker_cannot_be_named_like_kinds_node_container(monkeypatch: pytest.MonkeyPatch):
+    # The current naming (<tenant>-worker-<n>) cannot collide; this guards a change of it.
+    monkeypatch.setattr(
+        TenantConfig, "worker_names", property(lambda self: [f"{self.name}-control-plane"])
+    )
+    error = error_for({"tenants": [{"name": "lab"}], "managementClusterName": "lab"})
+    assert error.key == "tenants[0].name"
+    assert "'lab-control-plane' would take the name of kind's node container" in str(error)
+    assert kind_node_container("lab") == "lab-control-plane"
+
+
+def test_distinct_names_pass_even_when_they_look_alike():
+    cfg = parse_config(
+        {
+            "tenants": [
+                {"name": "a", "workers": 11},
+                {"name": "a-worker-1"},
+                {"name": "kamaji-hami-lab"},
+                remote("r", "a-worker-12"),
+            ],
+            **SSH,
+        }
+    )
+    names = [n for t in cfg.tenants for n in t.worker_names]
+    assert len(names) == len(set(names)) == 14
+
+
+# --- T3: the mock device plugin's ListAndWatch message ---------------------------------------
+
+
+def list_and_watch_response_class() -> Any:
+    """The kubelet's device-plugin messages, as k8s.io/kubelet pkg/apis/deviceplugin/v1beta1
+    api.proto declares them: Device {string ID = 1; string health = 2; TopologyInfo topology = 3}
+    and ListAndWatchResponse {repeated Device devices = 1}. The mock plugin sets no topology."""
+    file = descriptor_pb2.FileDescriptorProto(
+        name="deviceplugin_v1beta1_subset.proto", package="v1beta1", syntax="proto3"
+    )
+    device = file.message_type.add(name="Device")
+    for number, name in ((1, "ID"), (2, "health")):
+        device.field.add(name=name, number=number, type=9, label=1)  # string, optional
+    response = file.message_type.add(name="ListAndWatchResponse")
+    response.field.add(name="devices", number=1, type=11, label=3, type_name=".v1beta1.Device")
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(file)
+    return message_factory.GetMessageClass(
+        pool.FindMessageTypeByName("v1beta1.ListAndWatchResponse")
+    )
+
+
+def mock_plugin_message_bytes(devices: int) -> int:
+    """The size of the mock plugin's message for `devices` (mock-device-plugin server.go:78-95)."""
+    response = list_and_watch_response_class()()
+    for i in range(devices):
+        response.devices.add(ID=f"mock-devices-id-{i}", health="Healthy")
+    return response.ByteSize()
+
+
+GRPC_DEFAULT_MAX_RECEIVE = 1024 * 1024 * 4  # grpc-go defaultClientMaxReceiveMessageSize
+
+
+def simulated(*gpus: dict) -> dict:
+    return {"tenants": [{"name": "a", "gpus": list(gpus)}]}
+
+
+@pytest.mark.upstream("hami-mock-plugin-device-per-mb")
+def test_the_largest_simulated_worker_is_the_last_message_the_kubelet_accepts():
+    """T3: one device per MB in one message; the kubelet keeps gRPC's 4 MiB receive limit."""
+    largest = parse_config(simulated({"model": "big", "memoryMb": 123011}))
+    devices = sum(card.memory_mb for card in largest.tenants[0].cards)
+    assert mock_plugin_message_bytes(devices) <= GRPC_DEFAULT_MAX_RECEIVE
+    assert mock_plugin_message_bytes(devices + 1) > GRPC_DEFAULT_MAX_RECEIVE
+    with pytest.raises(
+        ConfigError, match=r"^tenants\[0\]\.gpus: the cards of one simulated worker total 123012 MB"
+    ):
+        parse_config(simulated({"model": "big", "memoryMb": 123012}))
+
+
+@pytest.mark.upstream("hami-mock-plugin-device-per-mb")
+@pytest.mark.parametrize(
+    ("gpus", "total"),
+    [
+        ({"model": "A100-80GB", "count": 2}, 163840),
+        ({"model": "H100-80GB", "count": 2}, 163118),
+        ({"model": "L40S", "count": 3}, 138204),
+        ({"model": "L4", "count": 6}, 138204),
+    ],
+)
+def test_simulated_workers_the_mock_plugin_cannot_advertise_are_refused(gpus: dict, total: int):
+    error = error_for(simulated(gpus))
+    assert error.key == "tenants[0].gpus"
+    assert f"total {total} MB" in str(error) and "at most 123011 MB per worker" in str(error)
+
+
+def test_the_lab_stack_and_real_gpus_are_not_bound_by_the_mock_plugin():
+    lab = parse_config(stack_config("lab"))
+    assert [sum(c.memory_mb for c in t.cards) for t in lab.tenants] == [81920, 46068]
+    gpu = copy.deepcopy(stack_config("gpu"))
+    gpu["tenants"][0]["gpus"] = [{"model": "A100-80GB", "count": 8}]
+    assert len(parse_config({**gpu, **SSH, "managementKubeconfig": "k"}).tenants[0].cards) == 8
+
+
+# --- T4: nvml-mock's profiles -----------------------------------------------------------------
+
+# NVIDIA/k8s-test-infra v0.3.0 (204019fb), deployments/nvml-mock/helm/nvml-mock/profiles/
+# <name>.yaml: device_defaults.name and device_defaults.memory.total_bytes.
+NVML_MOCK_V030_PROFILES = {
+    "A100-40GB": ("a100", "NVIDIA A100-SXM4-40GB", 42949672960),
+    "H100-80GB": ("h100", "NVIDIA H100 80GB HBM3", 85899345920),
+    "L40S": ("l40s", "NVIDIA L40S", 51539607552),
+    "T4": ("t4", "NVIDIA T4", 17179869184),
+}
+
+
+def nvml_tenant(**gpu: Any) -> dict:
+    return {"tenants": [{"name": "n", "gpuMode": "nvml-mock", "gpus": [{"count": 2, **gpu}]}]}
+
+
+@pytest.mark.upstream("nvml-mock-profile-cards")
+@pytest.mark.parametrize("model", sorted(NVML_MOCK_V030_PROFILES))
+def test_an_nvml_mock_card_is_what_hami_registers_from_its_profile(model: str):
+    """T4: HAMi registers NVML's GetName() and total / 2**20 (register.go:142-185)."""
+    profile, nvml_name, total_bytes = NVML_MOCK_V030_PROFILES[model]
+    tenant = parse_config(nvml_tenant(model=model.lower())).tenants[0]
+    assert nvml_mock_profile(tenant) == profile
+    assert [(hami_card_type(c.product), c.memory_mb, c.cores) for c in tenant.cards] == [
+        (nvml_name, total_bytes // 1024 // 1024, 100)
+    ] * 2
+
+
+@pytest.mark.upstream("nvml-mock-profile-cards")
+def test_an_nvml_mock_tenants_inventory_and_labcheck_spec_use_the_profile():
+    """T4: before, an H100 nvml stack expected 81559 MB and its `gpu.inventory` check failed."""
+    config = copy.deepcopy(stack_config("nvml"))
+    config["tenants"][0]["gpus"] = [{"model": "H100-80GB", "count": 1}]
+    run = run_program(config, stack="nvml")
+    node = "tenant-nvml-worker-1"
+    assert run.outputs["tenants"]["tenant-nvml"]["gpus"] == {
+        node: ["NVIDIA H100 80GB HBM3 81920MB 100% x10 slices"]
+    }
+    (tenant,) = json.loads(run.outputs["labcheckSpec"])["tenants"]
+    assert tenant["gpus"] == {
+        node: [{"type": "NVIDIA H100 80GB HBM3", "devmem": 81920, "devcore": 100, "count": 10}]
+    }
+
+
+def test_simulated_cards_keep_what_real_cards_report():
+    tenant = parse_config(simulated({"model": "T4"})).tenants[0]
+    assert [(c.product, c.memory_mb) for c in tenant.cards] == [("Tesla T4", 15360)]
+
+
+@pytest.mark.upstream("nvml-mock-profile-cards")
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [({"memoryMb": 48000}, "memoryMb"), ({"product": "L40S"}, "product"), ({"cores": 50}, "cores")],
+)
+def test_nvml_mock_refuses_describing_its_card_differently(override: dict, key: str):
+    error = error_for(nvml_tenant(model="L40S", **override))
+    assert str(error) == (
+        f"tenants[0].gpus[0].{key}: nvml-mock reports its profile's card "
+        f"(NVIDIA L40S, 49152 MiB, 100%): remove {key}"
+    )

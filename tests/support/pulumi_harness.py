@@ -1,0 +1,418 @@
+"""Runs the Pulumi program under mocks and records every registration, edges and secrets included.
+
+Pulumi's mock monitor sees each RegisterResource request; a subclass keeps what the tests
+need: type, name, parent, dependencies (explicit and through inputs), provider, inputs, and
+which inputs were sent as secrets. No CLI, no engine, no network.
+
+A preview can start from a partial state (`existing`): what is not in it is a create, which in
+a real preview has no ID and no computed outputs yet, and a `Resource.get` of an object that is
+not in the cluster fails the way the engine fails it (finding B2).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import runpy
+from collections.abc import Callable, Collection, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import yaml
+from google.protobuf import json_format
+from pulumi.runtime import mocks as pulumi_mocks
+
+PROJECT_DIR = Path(__file__).resolve().parents[2]
+PROJECT = "kamaji-hami-lab"
+SECRET_SIG = "4dabf18193072939515e22adb298388d"
+SECRET_MARK = "1b47061264138c4ac30d75fd1eb44270"
+
+FAKE_KUBECONFIG = yaml.safe_dump(
+    {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:6443"}}],
+        "users": [{"name": "u", "user": {"token": "fake-token"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+        "current-context": "c",
+    }
+)
+
+
+@dataclass
+class Registration:
+    urn: str
+    type: str
+    name: str
+    parent: str
+    provider: str
+    dependencies: list[str]
+    inputs: dict[str, Any]
+    secret_inputs: set[str]
+    secret_outputs: list[str]
+    custom: bool
+    read: bool = False
+    # Options the engine plans a replacement with (M1): delete-before-replace, and which
+    # resources each input came from (their dependents are deleted first).
+    delete_before_replace: bool = False
+    ignore_changes: list[str] = field(default_factory=list)
+    property_dependencies: dict[str, list[str]] = field(default_factory=dict)
+    read_id: str = ""  # a read's ID as the engine got it (rpc.UNKNOWN while unknown)
+
+    def is_secret(self, path: str) -> bool:
+        """True when `path` (e.g. `connection.privateKey`) or an enclosing value was secret."""
+        return any(path == p or path.startswith(f"{p}.") for p in self.secret_inputs)
+
+
+@dataclass
+class ProgramRun:
+    resources: list[Registration] = field(default_factory=list)
+    outputs: dict[str, Any] = field(default_factory=dict)  # stack outputs, resolved
+    secret_outputs: set[str] = field(default_factory=set)  # names of secret stack outputs
+    exit_code: int | None = None  # set when the program exited (run_program(allow_exit=True))
+
+    def of_type(self, type_: str) -> list[Registration]:
+        return [r for r in self.resources if r.type == type_]
+
+    def named(self, name: str) -> Registration:
+        matches = [r for r in self.resources if r.name == name]
+        assert len(matches) == 1, f"{len(matches)} resources named {name!r}"
+        return matches[0]
+
+    def by_urn(self) -> dict[str, Registration]:
+        return {r.urn: r for r in self.resources}
+
+    def ancestors(self, urn: str) -> Iterator[str]:
+        index = self.by_urn()
+        while urn in index and index[urn].parent:
+            urn = index[urn].parent
+            yield urn
+
+    def subtree(self, root_name: str) -> list[Registration]:
+        root = self.named(root_name).urn
+        return [r for r in self.resources if r.urn == root or root in self.ancestors(r.urn)]
+
+    def edges(self, registration: Registration) -> list[str]:
+        """Direct edges: explicit and input dependencies, and the provider it is managed by."""
+        edges = list(registration.dependencies)
+        if registration.provider:  # "<provider urn>::<provider id>"
+            edges.append(registration.provider.rsplit("::", 1)[0])
+        return edges
+
+    def depends_on(self, urn: str) -> set[str]:
+        """Everything `urn` waits for, directly or transitively."""
+        index = self.by_urn()
+        seen: set[str] = set()
+        stack = self.edges(index[urn])
+        while stack:
+            dep = stack.pop()
+            if dep in seen or dep not in index:
+                continue
+            seen.add(dep)
+            stack.extend(self.edges(index[dep]))
+        return seen
+
+
+def _secret_paths(value: Any, path: str = "") -> Iterator[str]:
+    if isinstance(value, dict):
+        if value.get(SECRET_SIG) == SECRET_MARK:
+            yield path
+            return
+        for key, item in value.items():
+            yield from _secret_paths(item, f"{path}.{key}" if path else key)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from _secret_paths(item, f"{path}[{i}]")
+
+
+def _unwrap_secrets(value: Any) -> Any:
+    if isinstance(value, dict):
+        if value.get(SECRET_SIG) == SECRET_MARK:
+            return _unwrap_secrets(value.get("value"))
+        return {k: _unwrap_secrets(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_unwrap_secrets(v) for v in value]
+    return value
+
+
+class RecordingMonitor(pulumi_mocks.MockMonitor):
+    def __init__(self, mocks: pulumi.runtime.Mocks, run: ProgramRun) -> None:
+        super().__init__(mocks)
+        self.run = run
+
+    def RegisterResource(self, request):
+        response = super().RegisterResource(request)
+        if request.type != "pulumi:pulumi:Stack":
+            raw = json_format.MessageToDict(request.object)
+            self.run.resources.append(
+                Registration(
+                    urn=response.urn,
+                    type=request.type,
+                    name=request.name,
+                    parent=request.parent,
+                    provider=request.provider,
+                    dependencies=list(request.dependencies),
+                    inputs=_unwrap_secrets(self.resources[response.urn].state),
+                    secret_inputs=set(_secret_paths(raw)),
+                    secret_outputs=list(request.additionalSecretOutputs),
+                    custom=request.custom,
+                    delete_before_replace=request.deleteBeforeReplace,
+                    ignore_changes=list(request.ignoreChanges),
+                    property_dependencies={
+                        key: list(deps.urns) for key, deps in request.propertyDependencies.items()
+                    },
+                )
+            )
+        return response
+
+    def ReadResource(self, request):
+        response = super().ReadResource(request)
+        self.run.resources.append(
+            Registration(
+                urn=response.urn,
+                type=request.type,
+                name=request.name,
+                parent=request.parent,
+                provider=request.provider,
+                dependencies=list(request.dependencies),
+                inputs=_unwrap_secrets(self.resources[response.urn].state),
+                secret_inputs=set(),
+                secret_outputs=[],
+                custom=True,
+                read=True,
+                read_id=request.id,
+            )
+        )
+        return response
+
+
+class MissingResource(Exception):
+    """What the engine's ReadStep reports when the provider finds no object with that ID."""
+
+
+# What the program's reads may find in a cluster, by (type, id), from the resource whose
+# creation puts it there. Kamaji writes a TenantControlPlane's admin kubeconfig Secret.
+def _objects_left_by(type_: str, inputs: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
+    if type_ == "kubernetes:kamaji.clastix.io/v1alpha1:TenantControlPlane":
+        meta = inputs["metadata"]
+        secret_id = f"{meta['namespace']}/{meta['name']}-admin-kubeconfig"
+        data = {"admin.conf": base64.b64encode(FAKE_KUBECONFIG.encode()).decode()}
+        return {("kubernetes:core/v1:Secret", secret_id): {"data": data}}
+    return {}
+
+
+class LabMocks(pulumi.runtime.Mocks):
+    """Plays the providers and the engine's plan.
+
+    In an `up` every resource is created and returns what a real create computes. In a preview
+    only the resources `existing(name)` accepts are in the state: they keep their ID and
+    outputs; every other one is a create, which the engine previews without an ID and with
+    only its inputs. A read (`Resource.get`) is skipped when its ID is unknown, as the engine's
+    ReadStep skips it, and otherwise finds only an object some existing resource left in the
+    cluster; anything else fails with the engine's "does not exist".
+    """
+
+    def __init__(self, preview: bool, existing: Callable[[str], bool]) -> None:
+        self.preview = preview
+        self.existing = existing
+        self.cluster: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs):
+        if args.resource_id:  # the program imports nothing: an ID is a read
+            return self._read(args)
+        id_, state = self._create(args)
+        in_state = not self.preview or self.existing(args.name)
+        if in_state:
+            self.cluster.update(_objects_left_by(args.typ, state))
+        if args.custom and not in_state:
+            return "", dict(args.inputs)  # a create in preview: no ID, nothing computed yet
+        return id_, state
+
+    def _read(self, args: pulumi.runtime.MockResourceArgs):
+        if args.typ == "pulumi:pulumi:StackReference":  # another stack: there by precondition
+            return self._create(args)
+        if args.resource_id == pulumi.runtime.rpc.UNKNOWN:
+            return "", {}  # ReadStep.Apply: "the only time we can't run is if the ID is unknown"
+        found = self.cluster.get((args.typ, args.resource_id))
+        if found is None:
+            raise MissingResource(f"resource '{args.resource_id}' does not exist")
+        return args.resource_id, {**args.inputs, **found}
+
+    def _create(self, args: pulumi.runtime.MockResourceArgs):
+        state = dict(args.inputs)
+        name = args.name
+        if args.typ == "command:local:Command":
+            state["stdout"] = FAKE_KUBECONFIG if name.endswith("-kind") else ""
+            state["stderr"] = ""
+        elif args.typ == "docker:index/remoteImage:RemoteImage":
+            state["imageId"] = "sha256:" + "0" * 64
+        elif args.typ == "docker:index/network:Network":
+            state.setdefault("name", name)
+        elif args.typ == "pulumi:pulumi:StackReference":
+            state["outputs"] = {"managementKubeconfig": FAKE_KUBECONFIG}
+            state["secretOutputNames"] = ["managementKubeconfig"]
+        return f"{name}-id", state
+
+    def call(self, args: pulumi.runtime.MockCallArgs):
+        return {}
+
+
+def _collect_stack_outputs(run: ProgramRun) -> None:
+    root = pulumi.runtime.settings.get_root_resource()
+    for key, value in getattr(root, "outputs", {}).items():
+        output = pulumi.Output.from_input(value)
+        run.outputs[key] = _await(output.future())
+        if _await(output.is_secret()):
+            run.secret_outputs.add(key)
+
+
+def _await(awaitable: Any) -> Any:
+    return pulumi.runtime.mocks._sync_await(awaitable)  # type: ignore[attr-defined]
+
+
+# Keys a user sets with `pulumi config set --secret` (Pulumi.gpu.yaml says how).
+SECRET_CONFIG_KEYS = ("managementKubeconfig", "sshPrivateKey")
+CONFIG_ENV_VARS = ("PULUMI_CONFIG", "PULUMI_CONFIG_SECRET_KEYS")
+
+
+def pass_config(
+    config: dict[str, Any], secret_keys: Collection[str] | None, automation: bool
+) -> dict[str, str | None]:
+    """Hands the stack config to the program as Pulumi does; returns the env vars to restore.
+
+    CLI: pulumi-language-python sets PULUMI_CONFIG and PULUMI_CONFIG_SECRET_KEYS, and its
+    exec script passes both to `set_all_config` (pulumi/pulumi
+    sdk/python/cmd/pulumi-language-python-exec). Automation API inline program:
+    `set_all_config(request.config, request.configSecretKeys)`, no env var
+    (sdk/python/lib/pulumi/automation/_server.py). `secret_keys` default: the
+    SECRET_CONFIG_KEYS present, as a user who followed the docs set them.
+    """
+    saved = {name: os.environ.pop(name, None) for name in CONFIG_ENV_VARS}
+    values = json.loads(config_env(config))
+    if secret_keys is None:
+        secret_keys = [key for key in SECRET_CONFIG_KEYS if key in config]
+    secrets = [f"{PROJECT}:{key}" for key in secret_keys]
+    if automation:
+        pulumi.runtime.set_all_config(values, secrets)
+    else:
+        os.environ["PULUMI_CONFIG"] = json.dumps(values)
+        os.environ["PULUMI_CONFIG_SECRET_KEYS"] = json.dumps(secrets)
+        env = pulumi.runtime.get_config_env()
+        pulumi.runtime.set_all_config(env, pulumi.runtime.get_config_secret_keys_env())
+    return saved
+
+
+def _restore_env(saved: dict[str, str | None]) -> None:
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
+def config_env(config: dict[str, Any]) -> str:
+    """PULUMI_CONFIG as the language host passes it: structured values are JSON text."""
+    return json.dumps(
+        {
+            f"{PROJECT}:{key}": value if isinstance(value, str) else json.dumps(value)
+            for key, value in config.items()
+        }
+    )
+
+
+def run_program(
+    config: dict[str, Any],
+    *,
+    stack: str = "lab",
+    preview: bool = False,
+    existing: Collection[str] | Callable[[str], bool] | None = None,
+    allow_exit: bool = False,
+    secret_keys: Collection[str] | None = None,
+    automation: bool = False,
+) -> ProgramRun:
+    """Runs __main__.py with this stack config and returns what it registered.
+
+    The config reaches the program as under the CLI, or with `automation` as under the
+    Automation API (`pass_config`); `secret_keys` are the keys set as secrets.
+
+    `existing` (preview only) names the resources a previous `up` left in the state, or decides
+    by name; by default all of them, as in a preview of a lab that is fully up.
+    """
+    run = ProgramRun()
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    old_env = pass_config(config, secret_keys, automation)
+    old_cwd = Path.cwd()
+    try:
+        os.chdir(PROJECT_DIR)
+        mocks = LabMocks(preview, _in_state(existing))
+        # set_mocks makes a root Stack only when there is none: without this, every run in a
+        # process parented its components to the first run's stack (seen in the snapshots).
+        pulumi.runtime.settings.ROOT.set(None)
+        pulumi.runtime.set_mocks(
+            mocks,
+            project=PROJECT,
+            stack=stack,
+            preview=preview,
+            monitor=RecordingMonitor(mocks, run),
+        )
+        # set_mocks keeps the task set of the last run; a failed run leaves tasks of its
+        # (now closed) loop there, which the next run would wait for.
+        pulumi.runtime.settings.SETTINGS.outputs = set()
+
+        exits: list[SystemExit] = []
+
+        def program() -> None:
+            # The program exits on a config error; re-raised below, once the runtime's task
+            # has finished cleanly (asyncio would otherwise log it as never retrieved).
+            try:
+                runpy.run_path(str(PROJECT_DIR / "__main__.py"), run_name="__main__")
+            except SystemExit as exit_:
+                exits.append(exit_)
+
+        pulumi.runtime.mocks._sync_await(  # type: ignore[attr-defined]
+            pulumi.runtime.stack.run_pulumi_func(program)
+        )
+        if exits and not allow_exit:
+            raise exits[0]
+        if exits:
+            run.exit_code = exits[0].code  # type: ignore[assignment]
+            return run
+        _collect_stack_outputs(run)
+    finally:
+        os.chdir(old_cwd)
+        _restore_env(old_env)
+        _cancel_leftover_tasks(loop)
+        loop.close()
+    return run
+
+
+def _cancel_leftover_tasks(loop: asyncio.AbstractEventLoop) -> None:
+    """A run that failed (a read of a missing object) leaves outputs waiting on it."""
+    pending = asyncio.all_tasks(loop)
+    for task in pending:
+        task.cancel()
+    loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+
+
+def _in_state(existing: Collection[str] | Callable[[str], bool] | None) -> Callable[[str], bool]:
+    if existing is None:
+        return lambda _name: True
+    if callable(existing):
+        return existing
+    names = frozenset(existing)
+    return names.__contains__
+
+
+def stack_config(stack: str) -> dict[str, Any]:
+    """The config of Pulumi.<stack>.yaml, without the project prefix."""
+    data = yaml.safe_load((PROJECT_DIR / f"Pulumi.{stack}.yaml").read_text())["config"]
+    return {key.split(":", 1)[1]: value for key, value in data.items()}
+
+
+def lab_stack_config() -> dict[str, Any]:
+    return stack_config("lab")
