@@ -16,6 +16,7 @@ from typing import Any
 
 import pulumi
 
+from builders.labcheck_spec import labcheck_spec
 from components.platform.host_preflight import HostPreflight, HostPreflightArgs
 from components.platform.kamaji import Kamaji, KamajiArgs
 from components.platform.management import (
@@ -33,7 +34,7 @@ from components.tenant.hami import Hami, HamiArgs
 from components.tenant.remote_workers import RemoteWorkerPool, RemoteWorkerPoolArgs
 from components.tenant.simulated_gpus import SimulatedGpus, SimulatedGpusArgs
 from components.tenant.workers import WorkerPool, WorkerPoolArgs
-from components.validation import Validation, ValidationArgs, labcheck_spec
+from components.validation import Validation, ValidationArgs
 from labconfig.addresses import NetworkPlan, plan_network
 from labconfig.gpu_models import node_inventory
 from labconfig.model import LabConfig, TenantConfig

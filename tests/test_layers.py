@@ -19,9 +19,9 @@ HOST_TOOLS = ("preflight", "labcheck", "gpu_agent", "policy")
 ALLOWED: dict[str, set[str]] = {
     "labconfig": set(),
     "planning": {"labconfig"},
-    "builders": {"labconfig", "planning"},
-    # The simulated GPUs ship the agent's own files in a ConfigMap (SimulatedGpus reads them).
-    "components": {"labconfig", "planning", "builders", "gpu_agent"},
+    # The simulated GPUs ship the agent's own files and RBAC rules as data, in ConfigMaps.
+    "builders": {"labconfig", "planning", "gpu_agent"},
+    "components": {"labconfig", "planning", "builders"},
     "__main__": {"labconfig", "components"},
     "preflight": {"labconfig", "planning"},
     "labcheck": set(),

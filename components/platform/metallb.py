@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import pulumi
 import pulumi_command as command
 import pulumi_kubernetes as k8s
 import yaml
 
+from builders.metallb import NAMESPACE, metallb_values, pool_manifests
 from builders.scripts import metallb_webhook_wait_script
 from components.helm import pinned_release
 
-NAMESPACE = "metallb-system"
-POOL_NAME = "lab-pool"
 CHART_REPO = "https://metallb.github.io/metallb"
 
 
@@ -24,29 +22,6 @@ class MetalLBArgs:
     pool_range: str
     provider: k8s.Provider
     kubeconfig: pulumi.Input[str]
-
-
-def metallb_values() -> dict[str, Any]:
-    # Native mode: no FRR speaker and no FRR-K8s, which v0.16+ would otherwise pull in.
-    return {"speaker": {"frr": {"enabled": False}}, "frrk8s": {"enabled": False}}
-
-
-def pool_manifests(pool_range: str) -> list[dict[str, Any]]:
-    """The IPAddressPool (a range, never a CIDR) and the L2Advertisement that announces it."""
-    return [
-        {
-            "apiVersion": "metallb.io/v1beta1",
-            "kind": "IPAddressPool",
-            "metadata": {"name": POOL_NAME, "namespace": NAMESPACE},
-            "spec": {"addresses": [pool_range], "autoAssign": True},
-        },
-        {
-            "apiVersion": "metallb.io/v1beta1",
-            "kind": "L2Advertisement",
-            "metadata": {"name": POOL_NAME, "namespace": NAMESPACE},
-            "spec": {"ipAddressPools": [POOL_NAME]},
-        },
-    ]
 
 
 class MetalLB(pulumi.ComponentResource):

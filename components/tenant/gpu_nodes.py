@@ -6,24 +6,16 @@ Their `gpu=on` label is registered by the kubelet itself (planning/node_labels.p
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
 
+from builders.nvml_mock import nvml_mock_values
 from components.helm import pinned_release
-from labconfig.model import TenantConfig, nvml_mock_profile
+from labconfig.model import TenantConfig
 
 NVML_MOCK_CHART = "oci://ghcr.io/nvidia/k8s-test-infra/chart/nvml-mock"
 NVML_MOCK_NAMESPACE = "nvml-mock"
-
-
-def nvml_mock_values(tenant: TenantConfig, image: str) -> dict[str, Any]:
-    repository, _, tag = image.rpartition(":")
-    return {
-        "gpu": {"profile": nvml_mock_profile(tenant), "count": tenant.gpus[0].count},
-        "image": {"repository": repository, "tag": tag},
-    }
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,8 @@ import pulumi
 import pulumi_command as command
 import pulumi_docker as docker
 
+from builders.control_plane import LAB_LABEL
 from builders.scripts import node_delete_script, worker_join_script
-from components.tenant.control_plane import LAB_LABEL
 from labconfig.model import ProxyConfig
 from planning.node_labels import kubelet_node_labels, registration_labels
 

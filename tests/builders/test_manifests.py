@@ -7,22 +7,18 @@ import json
 import pulumi_docker as docker
 import pytest
 
-from components.platform.kamaji import cert_manager_values, kamaji_values
-from components.platform.metallb import metallb_values, pool_manifests
-from components.platform.network import bridge_options, ipam_config
-from components.tenant.cni import flannel_cni_conf, flannel_values
-from components.tenant.control_plane import (
-    dns_service_ip,
-    kubelet_patches,
-    tenant_control_plane_manifest,
-)
-from components.tenant.hami import (
+from builders.control_plane import dns_service_ip, kubelet_patches, tenant_control_plane_manifest
+from builders.flannel import flannel_cni_conf, flannel_values
+from builders.hami import (
     device_plugin_values,
     gpu_quota_manifest,
     hami_values,
     runtime_class_manifest,
 )
-from components.tenant.simulated_gpus import agent_config, agent_manifests
+from builders.kamaji import cert_manager_values, kamaji_values
+from builders.metallb import metallb_values, pool_manifests
+from builders.simulated_gpus import agent_config, agent_manifests
+from components.platform.network import bridge_options, ipam_config
 from components.tenant.workers import node_container_args
 from labconfig.addresses import plan_network
 from labconfig.gpu_models import hami_card_type

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from pulumi.runtime.rpc import UNKNOWN
 
-from components.platform.kamaji import (
+from builders.kamaji import (
     KAMAJI_NAMESPACE,
     KAMAJI_RESOURCES,
     crds_values,

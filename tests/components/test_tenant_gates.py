@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from builders.control_plane import tenant_control_plane_manifest
 from builders.scripts import api_server_healthz_wait_script, control_plane_admission_wait_script
-from components.tenant.control_plane import tenant_control_plane_manifest
 from labconfig.parse import parse_config
 from tests.support.pulumi_harness import lab_stack_config
 

@@ -41,13 +41,7 @@ from typing import Any
 import pytest
 from controlplane import ControlPlane, ControlPlaneError
 
-from components.tenant.simulated_gpus import (
-    CONFIG_MOUNT,
-    NAME,
-    NAMESPACE,
-    agent_config,
-    agent_manifests,
-)
+from builders.simulated_gpus import CONFIG_MOUNT, NAME, NAMESPACE, agent_config, agent_manifests
 from gpu_agent import Agent, HttpKubeApi
 from gpu_agent import parse_config as parse_agent_config
 from gpu_agent.agent import POD_SELECTOR

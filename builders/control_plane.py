@@ -1,0 +1,115 @@
+"""The TenantControlPlane object Kamaji reconciles: API server, Konnectivity, kubelet patches."""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Any
+
+from builders.kamaji import DATASTORE
+from labconfig.model import TenantConfig
+from planning.footprint import CONTROL_PLANE_RESOURCES, KONNECTIVITY_SERVER_RESOURCES
+
+API_PORT = 6443
+KONNECTIVITY_PORT = 8132
+READY_TIMEOUT_SECONDS = 900
+LAB_LABEL = "kamaji-hami-lab/tenant"
+# kindest/node prepares /kubelet (and /kubelet.slice for the systemd driver) before kubelet
+# starts, so pods stay out of the node container's own cgroups, as on kind's nodes. A remote
+# host has no such cgroup, and kubelet refuses to start with a cgroupRoot that does not exist.
+KIND_NODE_CGROUP_ROOT_PATCH: dict[str, Any] = {
+    "op": "add",
+    "path": "/cgroupRoot",
+    "value": "/kubelet",
+}
+# Like kind's own nodes: systemd cgroups (kindest/node), swap tolerated instead of `swapoff -a`
+# (which would hit the host from a privileged container), no image GC or disk eviction that a
+# small lab disk would trigger.
+KUBELET_PATCHES: list[dict[str, Any]] = [
+    {"op": "add", "path": "/cgroupDriver", "value": "systemd"},
+    {"op": "add", "path": "/failSwapOn", "value": False},
+    {"op": "add", "path": "/imageGCHighThresholdPercent", "value": 100},
+    {
+        "op": "add",
+        "path": "/evictionHard",
+        "value": {"nodefs.available": "0%", "nodefs.inodesFree": "0%", "imagefs.available": "0%"},
+    },
+]
+
+
+def kubelet_patches(tenant: TenantConfig) -> list[dict[str, Any]]:
+    if tenant.worker_mode == "container":
+        return [*KUBELET_PATCHES, KIND_NODE_CGROUP_ROOT_PATCH]
+    return list(KUBELET_PATCHES)
+
+
+# The agent must run before the CNI makes nodes Ready: it is how the API server reaches them.
+KONNECTIVITY_AGENT_TOLERATIONS = [
+    {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoSchedule"},
+    {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"},
+    {"key": "CriticalAddonsOnly", "operator": "Exists"},
+]
+
+
+def dns_service_ip(service_cidr: str) -> str:
+    """The tenth address of the service range, kubeadm's convention for CoreDNS."""
+    return str(ipaddress.ip_network(service_cidr)[10])
+
+
+def tenant_control_plane_manifest(tenant: TenantConfig, address: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "kamaji.clastix.io/v1alpha1",
+        "kind": "TenantControlPlane",
+        "metadata": {
+            "name": tenant.name,
+            "namespace": tenant.name,
+            "labels": {LAB_LABEL: tenant.name},
+            "annotations": {
+                # pulumi-kubernetes waits on this before the TCP counts as created.
+                "pulumi.com/waitFor": "jsonpath={.status.kubernetesResources.version.status}=Ready",
+                "pulumi.com/timeoutSeconds": str(READY_TIMEOUT_SECONDS),
+            },
+        },
+        "spec": {
+            "dataStore": DATASTORE,
+            "controlPlane": {
+                "deployment": {"replicas": 1, "resources": CONTROL_PLANE_RESOURCES},
+                "service": {
+                    "serviceType": "LoadBalancer",
+                    "additionalMetadata": {
+                        "annotations": {"metallb.io/loadBalancerIPs": address},
+                        "labels": {LAB_LABEL: tenant.name},
+                    },
+                },
+            },
+            "kubernetes": {
+                "version": tenant.kubernetes_version,
+                "kubelet": {
+                    "configurationJSONPatches": kubelet_patches(tenant),
+                    "preferredAddressTypes": ["InternalIP", "ExternalIP", "Hostname"],
+                },
+            },
+            "networkProfile": {
+                "address": address,
+                "port": API_PORT,
+                "certSANs": [address],
+                "serviceCidr": tenant.service_cidr,
+                "podCidr": tenant.pod_cidr,
+                "dnsServiceIPs": [dns_service_ip(tenant.service_cidr)],
+            },
+            "addons": {
+                "coreDNS": {},
+                "kubeProxy": {},
+                "konnectivity": {
+                    "server": {
+                        "port": KONNECTIVITY_PORT,
+                        "resources": KONNECTIVITY_SERVER_RESOURCES,
+                    },
+                    "agent": {
+                        "mode": "DaemonSet",
+                        "hostNetwork": True,
+                        "tolerations": KONNECTIVITY_AGENT_TOLERATIONS,
+                    },
+                },
+            },
+        },
+    }

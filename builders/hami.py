@@ -1,0 +1,106 @@
+"""HAMi's Helm values per GPU mode, its scheduler extender's flags, and the tenant's GPU quota."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from labconfig.model import TenantConfig
+from planning.node_labels import GPU_NODE_LABELS
+
+SCHEDULER_NAME = "hami-scheduler"
+QUOTA_NAMESPACE = "gpu-workloads"
+QUOTA_NAME = "gpu-quota"
+NVML_MOCK_DRIVER_ROOT = "/var/lib/nvml-mock/driver"
+NVML_MOCK_LIBRARY_DIR = "usr/lib64"  # where nvml-mock puts libnvidia-ml.so.1 in its driver root
+RUNTIME_CLASS = "nvidia"
+RUNTIME_HANDLER = "nvidia"  # the containerd runtime `nvidia-ctk runtime configure` adds
+# The extender's client-go rate limit; its default of 5 QPS / burst 10 throttles every Bind
+# (node gets, node and pod patches, binding, events) to about 1.3 s in a burst of GPU pods.
+EXTENDER_KUBE_QPS = 50
+EXTENDER_KUBE_BURST = 100
+
+
+def nvml_mock_library_envs() -> tuple[list[dict[str, str]], list[dict[str, str]]]:
+    """LD_LIBRARY_PATH for the device plugin and for vgpu-monitor, each as it sees the driver.
+
+    Both load NVML by name (go-nvml's package-level Init dlopens "libnvidia-ml.so.1"), and a
+    kindest/node worker has no NVIDIA runtime to put it on their linker path. The chart mounts
+    the driver root at /driver-root in the plugin container only; vgpu-monitor sees the node's
+    /var at /hostvar. The mock library finds its GPU config relative to its own path.
+    """
+    plugin_dir = f"/driver-root/{NVML_MOCK_LIBRARY_DIR}"
+    monitor_dir = f"/hostvar/{NVML_MOCK_DRIVER_ROOT.removeprefix('/var/')}/{NVML_MOCK_LIBRARY_DIR}"
+    return (
+        [{"name": "LD_LIBRARY_PATH", "value": plugin_dir}],
+        [{"name": "LD_LIBRARY_PATH", "value": monitor_dir}],
+    )
+
+
+def device_plugin_values(tenant: TenantConfig, split_count: int) -> dict[str, Any]:
+    """Which device plugin runs, by GPU mode; the real one only on nodes labelled gpu=on."""
+    plugin: dict[str, Any] = {
+        "enabled": tenant.gpu_mode != "simulated",
+        "deviceSplitCount": split_count,
+        "nvidiaNodeSelector": dict(GPU_NODE_LABELS),  # what the workers register with
+    }
+    if tenant.gpu_mode == "nvml-mock":
+        # The real plugin loads NVIDIA's fake libnvidia-ml from the driver root nvml-mock lays out.
+        plugin["nvidiaDriverRoot"] = NVML_MOCK_DRIVER_ROOT
+        plugin_envs, monitor_envs = nvml_mock_library_envs()
+        plugin["extraEnvs"] = plugin_envs
+        plugin["monitor"] = {"extraEnvs": monitor_envs}
+    if tenant.gpu_mode == "real":
+        # Containers with GPU slices run under the NVIDIA runtime the toolkit configured. The
+        # chart would create the RuntimeClass as a Helm hook, which uninstall leaves behind;
+        # the Hami component owns it instead.
+        plugin["runtimeClassName"] = RUNTIME_CLASS
+        plugin["createRuntimeClass"] = False
+    return plugin
+
+
+def extender_args(node_lock_timeout: str) -> list[str]:
+    # scheduler.nodeLockExpire is ignored in v2.7-v2.10 (upstream issue 2692); the extender's
+    # own flag is what sets the lock timeout.
+    return [
+        "--debug",
+        "-v=4",
+        f"--node-lock-timeout={node_lock_timeout}",
+        f"--kube-qps={EXTENDER_KUBE_QPS}",
+        f"--kube-burst={EXTENDER_KUBE_BURST}",
+    ]
+
+
+def runtime_class_manifest() -> dict[str, Any]:
+    return {"metadata": {"name": RUNTIME_CLASS}, "handler": RUNTIME_HANDLER}
+
+
+def hami_values(tenant: TenantConfig, split_count: int, node_lock_timeout: str) -> dict[str, Any]:
+    return {
+        "schedulerName": SCHEDULER_NAME,
+        "scheduler": {
+            # The chart's default registry is a mirror; the tag must be the tenant's version.
+            "kubeScheduler": {
+                "image": {
+                    "registry": "registry.k8s.io",
+                    "repository": "kube-scheduler",
+                    "tag": tenant.kubernetes_version,
+                }
+            },
+            "extender": {"extraArgs": extender_args(node_lock_timeout)},
+            "defaultSchedulerPolicy": {
+                "nodeSchedulerPolicy": tenant.scheduler_policy.node,
+                "gpuSchedulerPolicy": tenant.scheduler_policy.gpu,
+            },
+        },
+        "devicePlugin": device_plugin_values(tenant, split_count),
+        # Simulated only: advertises gpumem/gpucores from the annotation gpu_agent writes.
+        "mockDevicePlugin": {"enabled": tenant.gpu_mode == "simulated"},
+    }
+
+
+def gpu_quota_manifest(memory_mb: int) -> dict[str, Any]:
+    """A ResourceQuota on HAMi's GPU memory key, which HAMi's webhook enforces per namespace."""
+    return {
+        "metadata": {"name": QUOTA_NAME, "namespace": QUOTA_NAMESPACE},
+        "spec": {"hard": {"limits.nvidia.com/gpumem": str(memory_mb)}},
+    }
