@@ -50,3 +50,29 @@ def test_up_uses_the_local_backend_declared_in_pulumi_yaml():
     pulumi_yaml = (PROJECT_DIR / "Pulumi.yaml").read_text()
     assert "url: file://~/.pulumi-kamaji-hami-lab" in pulumi_yaml
     assert "STATE_DIR := $(HOME)/.pulumi-kamaji-hami-lab" in makefile
+
+
+ROOT = PROJECT_DIR
+DOC_PATH = re.compile(r"`((?:[\w.-]+/)+[\w.-]*\.(?:py|md|json|yaml|yml|toml|png))`")
+
+
+def doc_paths(text: str) -> set[str]:
+    """Repository paths a doc names in backticks (globs and placeholders left out)."""
+    return {p for p in DOC_PATH.findall(text) if not any(c in p for c in "*<>")}
+
+
+def test_the_docs_name_only_paths_that_exist():
+    """After the layout move (issue 11) every path the README and docs name must still be there.
+    docs/upstream-facts/ is left out: its paths are upstream's, in the repositories it cites."""
+    docs = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    missing = {
+        f"{doc.relative_to(ROOT)}: {path}"
+        for doc in docs
+        for path in doc_paths(doc.read_text())
+        if not (ROOT / path).exists()
+    }
+    assert sorted(missing) == []
+
+
+def test_the_doc_path_scan_finds_paths():
+    assert doc_paths("see `labconfig/parse.py` and `tests/*.py`") == {"labconfig/parse.py"}
