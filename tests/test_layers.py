@@ -100,7 +100,7 @@ def test_no_module_imports_itself_back_through_another():
 
 
 def test_the_checker_sees_a_function_level_import(tmp_path: Path):
-    """The old config <-> address-plan cycle hid in a function body; the scan must see such imports."""
+    """The old config <-> address-plan cycle hid in a function body: the scan sees such imports."""
     module = tmp_path / "m.py"
     module.write_text("def f():\n    from labconfig.addresses import plan_network\n")
     assert "labconfig.addresses" in imports_of(module)
