@@ -17,7 +17,7 @@ re-opens it every relistSeconds, so the WATCH column is an upper bound.
 per round, kept for comparison.
 --mode rejoin: create -> allocated for a GPU pod created while HAMi has not read its
 re-joined node's registration yet (virtual time: kube-scheduler's queue and HAMi's 15 s
-tick as tests/fakes/fake_kube.py models them), with and without the agent's requeue touch.
+tick as tests/support/fake_kube.py models them), with and without the agent's requeue touch.
 
 As on a real node, the kubelet writes each pod's status right after its Binding, while the
 agent reacts to the bind event: the status write lands between the agent's read and its
@@ -38,7 +38,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anywhere
 
 from gpu_agent import Agent, parse_config, reconcile_once
-from tests.fakes.fake_kube import FakeKube, rejoin_latency
+from tests.support.fake_kube import FakeKube, rejoin_latency
 
 CARD = {"type": "NVIDIA A100-SXM4-80GB", "devmem": 81920, "devcore": 100}
 

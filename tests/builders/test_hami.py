@@ -1,0 +1,80 @@
+"""HAMi's values per GPU mode, its extender flags and the GPU quota (builders/hami.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from builders.hami import (
+    device_plugin_values,
+    gpu_quota_manifest,
+    hami_values,
+    runtime_class_manifest,
+)
+from labconfig.parse import parse_config
+from tests.support.pulumi_harness import lab_stack_config, stack_config
+
+CFG = parse_config(lab_stack_config())
+TENANT_A, TENANT_B = CFG.tenants
+GPU = parse_config({**stack_config("gpu"), "sshPrivateKey": "k", "managementKubeconfig": "kc"})
+NVML = parse_config(stack_config("nvml"))
+
+
+def test_hami_values_for_simulated_gpus():
+    values = hami_values(TENANT_B, 10, "5m")
+    image = values["scheduler"]["kubeScheduler"]["image"]
+    assert image == {
+        "registry": "registry.k8s.io",
+        "repository": "kube-scheduler",
+        "tag": "v1.35.0",
+    }
+    assert "--node-lock-timeout=5m" in values["scheduler"]["extender"]["extraArgs"]
+    assert values["scheduler"]["defaultSchedulerPolicy"] == {
+        "nodeSchedulerPolicy": "binpack",
+        "gpuSchedulerPolicy": "spread",
+    }
+    assert values["devicePlugin"]["enabled"] is False
+    assert values["devicePlugin"]["deviceSplitCount"] == 10
+    assert values["mockDevicePlugin"] == {"enabled": True}
+    assert "nodeLockExpire" not in json.dumps(values)  # ignored upstream: never rely on it
+
+
+def test_gpu_quota_uses_hamis_key():
+    quota = gpu_quota_manifest(81920)
+    assert quota["spec"]["hard"] == {"limits.nvidia.com/gpumem": "81920"}
+
+
+@pytest.mark.upstream("hami-extender-client-rate-flags")
+def test_hami_extender_talks_to_its_api_server_at_50_qps():
+    """D6: client-go's 5 QPS / burst 10 throttled every Bind to ~1.3 s in a 20-pod burst."""
+    args = hami_values(TENANT_A, 10, "5m")["scheduler"]["extender"]["extraArgs"]
+    assert args[-2:] == ["--kube-qps=50", "--kube-burst=100"]
+    assert args[:3] == ["--debug", "-v=4", "--node-lock-timeout=5m"]
+
+
+@pytest.mark.upstream("hami-chart-runtime-class-is-a-hook")
+def test_real_gpus_use_a_runtime_class_the_lab_owns_not_the_charts_hook():
+    """T14: the chart's RuntimeClass is a pre-install hook that uninstall leaves behind."""
+    plugin = device_plugin_values(GPU.tenants[0], 10)
+    assert plugin["runtimeClassName"] == "nvidia"
+    assert plugin["createRuntimeClass"] is False
+    assert runtime_class_manifest() == {"metadata": {"name": "nvidia"}, "handler": "nvidia"}
+    assert "createRuntimeClass" not in device_plugin_values(TENANT_A, 10)
+
+
+@pytest.mark.upstream("hami-plugin-and-monitor-load-nvml-by-name")
+def test_nvml_mock_library_is_on_both_hami_containers_library_path():
+    """T1: both containers dlopen libnvidia-ml.so.1 by name; each sees nvml-mock's driver
+    root at its own mount (/driver-root in the plugin, the node's /var at /hostvar)."""
+    (tenant,) = NVML.tenants
+    plugin = device_plugin_values(tenant, 10)
+    assert plugin["nvidiaDriverRoot"] == "/var/lib/nvml-mock/driver"
+    assert plugin["extraEnvs"] == [{"name": "LD_LIBRARY_PATH", "value": "/driver-root/usr/lib64"}]
+    assert plugin["monitor"] == {
+        "extraEnvs": [
+            {"name": "LD_LIBRARY_PATH", "value": "/hostvar/lib/nvml-mock/driver/usr/lib64"}
+        ]
+    }
+    for other in (TENANT_A, GPU.tenants[0]):
+        assert "extraEnvs" not in device_plugin_values(other, 10)
