@@ -1,0 +1,102 @@
+"""The HostPreflight step: its command lines, update path and portable interpreter."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import textwrap
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import yaml
+
+from components.platform.host_preflight import (
+    PROJECT_DIR,
+    preflight_command,
+    preflight_update_command,
+    project_python,
+)
+from planning.host_plan import Sizing
+from preflight import cli
+from tests.support.made_up_hosts import PLAN
+from tests.support.pulumi_harness import lab_stack_config, run_program
+
+
+def test_the_command_line_carries_the_whole_plan():
+    plan = replace(PLAN, kube_proxy_versions=("v1.35.0", "v1.36.0"))
+    assert preflight_command(plan, python="/opt/lab venv/python") == (
+        "'/opt/lab venv/python' -m preflight --tenants 2 --workers 2 "
+        "--kube-proxy-version v1.35.0 --kube-proxy-version v1.36.0 "
+        "--network kamaji-hami-lab --subnet 172.30.0.0/16 --kind-cluster --kamaji-charts"
+    )
+    argv = preflight_command(plan, python="py").split()[3:]
+    parsed = cli._parser().parse_args(argv)
+    assert (parsed.tenants, parsed.workers, parsed.kube_proxy_version) == (
+        2,
+        2,
+        ["v1.35.0", "v1.36.0"],
+    )
+
+
+@pytest.mark.upstream("pulumi-command-update-previous-stdout")
+def test_the_update_command_passes_the_previous_record(tmp_path: Path):
+    """M2: pulumi-command runs `update` with the last stdout in PULUMI_COMMAND_STDOUT; the
+    generated line, run by /bin/sh as the provider does, hands it to --previous."""
+    python = tmp_path / "python"
+    calls = tmp_path / "calls.json"
+    python.write_text(
+        textwrap.dedent(
+            f"""\
+            #!{os.path.realpath(os.sys.executable)}
+            import json, sys
+            json.dump(sys.argv[1:], open({str(calls)!r}, "w"))
+            """
+        )
+    )
+    python.chmod(0o755)
+    line = preflight_update_command(PLAN, python=str(python))
+    record = Sizing(2, 1).record()
+    subprocess.run(["/bin/sh", "-c", line], check=True, env={"PULUMI_COMMAND_STDOUT": record})
+    argv = json.loads(calls.read_text())
+    assert argv[-2:] == ["--previous", record]
+    assert Sizing.from_record(cli._parser().parse_args(argv[2:]).previous) == Sizing(2, 1)
+    subprocess.run(["/bin/sh", "-c", line], check=True, env={})  # first update of an old state
+    assert json.loads(calls.read_text())[-2:] == ["--previous", ""]
+
+
+@pytest.mark.upstream("pulumi-command-update-previous-stdout")
+def test_the_program_registers_an_update_path_and_no_replacing_triggers():
+    """m6, M2: a resize updates the command in place (triggers would replace it)."""
+    run = run_program(lab_stack_config())
+    check = run.named("preflight-checks")
+    assert check.inputs["update"].endswith('--previous "${PULUMI_COMMAND_STDOUT:-}"')
+    assert check.inputs["create"].split(" -m ")[1] == (
+        "preflight --tenants 2 --workers 2 --kube-proxy-version v1.35.0 "
+        "--network kamaji-hami-lab --subnet 172.30.0.0/16 --kind-cluster --kamaji-charts"
+    )
+    assert "triggers" not in check.inputs
+
+
+@pytest.mark.upstream("pulumi-command-dir-defaults-to-the-project-root")
+def test_the_check_has_no_machine_specific_path(tmp_path: Path):
+    """Review 4 (m6): another checkout or CI's preview plans no update of the check: the
+    interpreter is relative to the project and no absolute `dir` is set; the provider runs
+    the command in the project's root (Pulumi.yaml has no `main` that would move it)."""
+    project = tmp_path / "lab"
+    (project / ".venv/bin").mkdir(parents=True)
+    assert project_python(str(project / ".venv/bin/python"), project) == ".venv/bin/python"
+    assert project_python("/usr/bin/python3", project) == "/usr/bin/python3"
+    assert project_python(str(project / "../other/python"), project) == str(
+        tmp_path / "other/python"
+    )
+    link = tmp_path / "link"
+    link.symlink_to(project)
+    assert project_python(str(link / ".venv/bin/python"), project.resolve()) != ".venv/bin/python"
+    assert project_python(str(project / ".venv/bin/python"), link) == ".venv/bin/python"
+
+    check = run_program(lab_stack_config()).named("preflight-checks")
+    assert "dir" not in check.inputs
+    assert not check.inputs["create"].startswith("/")
+    assert "main" not in yaml.safe_load((PROJECT_DIR / "Pulumi.yaml").read_text())

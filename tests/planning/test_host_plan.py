@@ -1,0 +1,58 @@
+"""What the lab asks of its host: the plan and its sizing record (planning/host_plan.py)."""
+
+from __future__ import annotations
+
+from labconfig.parse import parse_config
+from planning.host_plan import HostPlan, Sizing, host_plan
+from tests.support.pulumi_harness import lab_stack_config
+
+IMAGE_136 = "kindest/node:v1.36.1@sha256:" + "3" * 64
+
+
+SSH_KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nmade-up\n-----END OPENSSH PRIVATE KEY-----\n"
+
+
+def test_sizing_record_round_trips_and_ignores_noise():
+    assert Sizing.from_record(Sizing(3, 4).record()) == Sizing(3, 4)
+    assert Sizing.from_record("old output\n" + Sizing(2, 1).record()) == Sizing(2, 1)
+    assert Sizing.from_record("") is None and Sizing.from_record("not json") is None
+
+
+def test_host_plan_counts_only_what_runs_on_this_host():
+    config = lab_stack_config()
+    config["tenants"] = [
+        {"name": "a", "kubernetesVersion": "v1.35.0", "workers": 2},
+        {"name": "b", "kubernetesVersion": "v1.36.0", "workerImage": IMAGE_136, "workers": 1},
+        {
+            "name": "c",
+            "kubernetesVersion": "v1.34.0",
+            "workerMode": "remote",
+            "remoteWorkers": [{"name": "gpu-c", "host": "192.0.2.3"}],
+        },
+    ]
+    plan = host_plan(parse_config({**config, "sshPrivateKey": SSH_KEY}))
+    assert plan == HostPlan(
+        sizing=Sizing(tenants=3, workers=3),
+        kube_proxy_versions=("v1.35.0", "v1.36.0"),  # the remote tenant's kube-proxy is not here
+        kind_cluster=True,
+        network_name="kamaji-hami-lab",
+        subnet="172.30.0.0/16",
+    )
+
+
+def test_nothing_on_this_host_means_no_plan():
+    cfg = parse_config(
+        {
+            "managementMode": "existing",
+            "managementStack": "org/kamaji-hami-lab/lab",
+            "sshPrivateKey": SSH_KEY,
+            "tenants": [
+                {
+                    "name": "real",
+                    "workerMode": "remote",
+                    "remoteWorkers": [{"name": "gpu-1", "host": "192.0.2.10"}],
+                }
+            ],
+        }
+    )
+    assert host_plan(cfg) is None

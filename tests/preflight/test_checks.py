@@ -1,0 +1,350 @@
+"""Host preflight checks: each failing check says what to run (preflight/checks.py)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from labconfig.parse import parse_config
+from labconfig.versions import kubernetes_minor, minor_series
+from planning.footprint import lab_footprint
+from planning.host_plan import HostPlan, Sizing, host_plan
+from preflight import checks as preflight
+from preflight.checks import (
+    check_host,
+    conntrack_findings,
+    kube_proxy_conntrack_max,
+    report,
+    subnet_clashes,
+)
+from preflight.host_facts import DockerFacts, DockerNetwork, HostFacts, Route
+from tests.support.made_up_hosts import DOCKER, GOOD, PLAN, failed
+
+LAB_NETWORK = DockerNetwork("kamaji-hami-lab", ("172.30.0.0/16",), "br-0123456789ab")
+
+
+def details(facts: HostFacts, plan: HostPlan = PLAN) -> dict[str, str]:
+    return {f.check: f.detail for f in check_host(facts, plan)}
+
+
+def test_a_good_host_passes_everything():
+    assert failed(GOOD) == {}
+
+
+@pytest.mark.parametrize(
+    ("change", "check", "fix"),
+    [
+        ({"cgroup_v2": False}, "cgroup v2", "boot with systemd.unified_cgroup_hierarchy=1"),
+        (
+            {"inotify_instances": 128},
+            "inotify instances",
+            "sudo sysctl -w fs.inotify.max_user_instances=1024",
+        ),
+        (
+            {"inotify_watches": 8192},
+            "inotify watches",
+            "sudo sysctl -w fs.inotify.max_user_watches=524288",
+        ),
+        ({"br_netfilter": False}, "br_netfilter", "sudo modprobe br_netfilter"),
+        ({"mem_available_mb": 2000}, "memory", "free memory or configure fewer tenants/workers"),
+        ({"cpus": 2, "conntrack_max": 131072}, "CPUs", "give the host more CPUs"),
+        ({"disk_free_gb": 3.0}, "disk", "free space under Docker's data root"),
+    ],
+)
+def test_each_failure_names_its_fix(change, check, fix):
+    fixes = failed(replace(GOOD, **change))
+    assert list(fixes) == [check]
+    assert fixes[check][0].startswith(fix)
+
+
+@pytest.mark.upstream("kube-proxy-conntrack-max-exact", "kube-proxy-conntrack-cap-v1-36")
+@pytest.mark.parametrize(
+    ("version", "cpus", "target"),
+    [
+        ("v1.35.0", 1, 131072),  # the floor (conntrack.min)
+        ("v1.35.0", 4, 131072),
+        ("v1.35.0", 8, 262144),
+        ("v1.35.0", 16, 524288),
+        ("v1.35.0", 40, 1310720),  # no cap before v1.36
+        ("v1.31.0", 64, 2097152),
+        ("v1.34.4", 48, 1572864),
+        ("v1.36.0", 32, 1048576),
+        ("v1.36.0", 40, 1048576),  # capped (kubernetes/kubernetes#137002)
+        ("v1.36.3", 128, 1048576),
+        ("v1.36.1", 8, 262144),
+    ],
+)
+def test_kube_proxy_target_per_version_and_cpus(version, cpus, target):
+    """B3: kube-proxy writes max(32768 x CPUs, 131072), capped at 1048576 from v1.36.0 on."""
+    assert kube_proxy_conntrack_max(version, cpus) == target
+
+
+@pytest.mark.upstream("kube-proxy-conntrack-max-exact")
+@pytest.mark.parametrize("host_value", [65536, 131071, 131073, 262144, 1048576])
+def test_conntrack_max_fails_when_it_differs_either_way(host_value):
+    """B3: a value above kube-proxy's target crash-loops it as surely as one below; the
+    kernel default 262144 is the README's old advice and is wrong on a 4-CPU host."""
+    fixes = failed(replace(GOOD, conntrack_max=host_value))
+    assert fixes == {
+        "nf_conntrack_max": (
+            "sudo sysctl -w net.netfilter.nf_conntrack_max=131072",
+            "echo net.netfilter.nf_conntrack_max=131072 | "
+            "sudo tee /etc/sysctl.d/90-kamaji-hami-lab-conntrack.conf",
+        )
+    }
+
+
+@pytest.mark.upstream("kube-proxy-conntrack-hashsize")
+def test_hashsize_below_a_quarter_of_the_target_fails_with_the_exact_value():
+    """T7: on 40 CPUs v1.35 wants 1310720, so hashsize >= 327680; the >4 GB default 262144
+    is too small, and kube-proxy's own write of it fails outside the initial netns."""
+    host = replace(GOOD, cpus=40, conntrack_max=1310720, conntrack_hashsize=262144)
+    assert failed(host) == {
+        "conntrack hashsize": (
+            "echo 327680 | sudo tee /sys/module/nf_conntrack/parameters/hashsize",
+            "echo 'options nf_conntrack hashsize=327680' | "
+            "sudo tee /etc/modprobe.d/kamaji-hami-lab.conf",
+        )
+    }
+    assert failed(replace(host, conntrack_hashsize=327680)) == {}
+    assert failed(replace(host, conntrack_hashsize=1048576)) == {}  # larger is never written
+
+
+@pytest.mark.upstream("kube-proxy-conntrack-cap-v1-36")
+def test_a_v1_36_tenant_on_a_big_host_wants_the_cap():
+    """B3: from v1.36.0 kube-proxy caps at 1048576; its hashsize need is 262144, the default."""
+    plan = replace(PLAN, kube_proxy_versions=("v1.36.0",))
+    host = replace(GOOD, cpus=40, conntrack_max=1310720, conntrack_hashsize=262144)
+    fixes = failed(host, plan)
+    assert fixes["nf_conntrack_max"][0] == "sudo sysctl -w net.netfilter.nf_conntrack_max=1048576"
+    assert list(fixes) == ["nf_conntrack_max"]
+    assert failed(replace(host, conntrack_max=1048576), plan) == {}
+
+
+@pytest.mark.upstream("kube-proxy-conntrack-cap-v1-36")
+def test_tenants_on_both_sides_of_the_cap_conflict_on_a_big_host():
+    """B3: v1.35 wants 32768 x 40, v1.36 the cap: no host value satisfies both."""
+    (finding,) = conntrack_findings(1048576, 1048576, ["v1.35.0", "v1.36.0"], cpus=40)
+    assert not finding.ok
+    assert finding.detail == (
+        "tenant kube-proxies want different values on 40 CPUs (v1.36.0 set 1048576; "
+        "v1.35.0 set 1310720): one group crash-loops whatever the host holds"
+    )
+    assert "v1.36" in finding.fix[0] and "at most 32 CPUs" in finding.fix[0]
+    # Up to 32 CPUs both want 32768 x CPUs: no conflict.
+    same = conntrack_findings(262144, 262144, ["v1.35.0", "v1.36.0"], cpus=8)
+    assert [(f.check, f.ok) for f in same] == [
+        ("nf_conntrack_max", True),
+        ("conntrack hashsize", True),
+    ]
+
+
+def test_conntrack_not_loaded_says_to_load_it_first():
+    fixes = failed(replace(GOOD, conntrack_max=None, conntrack_hashsize=None))
+    assert fixes["nf_conntrack_max"][:2] == (
+        "sudo modprobe nf_conntrack",
+        "echo nf_conntrack | sudo tee /etc/modules-load.d/kamaji-hami-lab.conf",
+    )
+    assert fixes["nf_conntrack_max"][2] == "sudo sysctl -w net.netfilter.nf_conntrack_max=131072"
+    assert fixes["conntrack hashsize"][2].startswith("echo 32768 | sudo tee ")
+
+
+def test_no_container_workers_means_no_conntrack_constraint():
+    plan = replace(PLAN, kube_proxy_versions=(), sizing=Sizing(1, 0))
+    assert failed(replace(GOOD, conntrack_max=65536), plan) == {}
+
+
+def test_the_report_prints_every_fix_line():
+    findings = check_host(replace(GOOD, conntrack_max=262144), PLAN)
+    lines = report(findings).splitlines()
+    at = lines.index(
+        "FAIL nf_conntrack_max   262144 (need exactly 131072: kube-proxy v1.35.0 on 4 CPUs "
+        "rewrites any other value and crash-loops)"
+    )
+    assert lines[at + 1 : at + 3] == [
+        "     fix: sudo sysctl -w net.netfilter.nf_conntrack_max=131072",
+        "          echo net.netfilter.nf_conntrack_max=131072 | "
+        "sudo tee /etc/sysctl.d/90-kamaji-hami-lab-conntrack.conf",
+    ]
+
+
+def test_a_resize_of_a_running_lab_needs_room_only_for_what_it_adds():
+    """M2: 2 tenants up on an 8 GB host leave ~3 GB; a third tenant adds 1728 MB, not 7232."""
+    host = replace(GOOD, mem_available_mb=3000, cpus=8, conntrack_max=262144)
+    grown = replace(PLAN, sizing=Sizing(tenants=3, workers=3))
+    assert lab_footprint(3, 3).memory_mb > 3000
+    assert failed(host, grown, previous=None).keys() == {"memory"}
+    assert failed(host, grown, previous=Sizing(2, 2)) == {}
+    memory = next(f for f in check_host(host, grown, Sizing(2, 2)) if f.check == "memory")
+    assert memory.detail == (
+        "3000 MB available, 1728 MB more needed "
+        "(lab requests 7232 MB, 5504 MB of it already running)"
+    )
+
+
+def test_cpus_count_the_whole_lab_even_when_it_runs():
+    """M2: a running lab does not reduce the CPU count, so CPUs are never a delta."""
+    big = replace(PLAN, sizing=Sizing(tenants=6, workers=6))
+    assert "CPUs" in failed(GOOD, big, previous=Sizing(5, 5))
+
+
+@pytest.mark.upstream("docker-desktop-no-host-routes", "rootless-docker-own-netns")
+@pytest.mark.parametrize(
+    ("docker", "detail"),
+    [
+        (replace(DOCKER, operating_system="Docker Desktop"), "Docker Desktop (Docker Desktop)"),
+        (
+            replace(DOCKER, security_options=("name=seccomp,profile=builtin", "name=rootless")),
+            "rootless Docker (Ubuntu 24.04.2 LTS)",
+        ),
+    ],
+)
+def test_docker_desktop_and_rootless_fail_because_vips_are_unreachable(docker, detail):
+    """M4: neither exposes container networks to the host: MetalLB VIPs cannot be reached."""
+    host = replace(GOOD, docker=docker)
+    assert list(failed(host)) == ["docker engine"]
+    assert details(host)["docker engine"] == detail
+    assert "rootful Docker Engine" in failed(host)["docker engine"][0]
+
+
+@pytest.mark.upstream("docker-userns-remap-refuses-privileged")
+def test_userns_remap_is_detected_with_what_to_do():
+    """T9: Docker refuses privileged containers under userns-remap without --userns=host."""
+    host = replace(GOOD, docker=replace(DOCKER, security_options=("name=userns", "name=seccomp")))
+    (fix,) = failed(host)["userns-remap"]
+    assert '"userns-remap" from /etc/docker/daemon.json' in fix
+
+
+@pytest.mark.upstream("kind-dev-mapper-storage")
+@pytest.mark.parametrize(
+    ("driver", "backing", "bad"),
+    [
+        ("btrfs", "btrfs", True),
+        ("zfs", "zfs", True),
+        ("devicemapper", "xfs", True),
+        ("overlay2", "btrfs", True),
+        ("overlay2", "extfs", False),
+        ("overlay2", "xfs", False),
+    ],
+)
+def test_storage_that_kind_handles_with_dev_mapper_is_detected(driver, backing, bad):
+    """T9: kind mounts /dev/mapper on btrfs/zfs/devicemapper; the lab's workers do not."""
+    host = replace(GOOD, docker=replace(DOCKER, storage_driver=driver, backing_filesystem=backing))
+    assert ("storage driver" in failed(host)) is bad
+
+
+@pytest.mark.parametrize(
+    ("error", "fix"),
+    [
+        ("not on PATH", "install Docker Engine (rootful)"),
+        (
+            "Cannot connect to the Docker daemon at unix:///var/run/docker.sock. "
+            "Is the docker daemon running?",
+            "sudo systemctl start docker",
+        ),
+        (
+            "permission denied while trying to connect to the Docker daemon socket at "
+            "unix:///var/run/docker.sock",
+            'sudo usermod -aG docker "$USER"',
+        ),
+    ],
+)
+def test_an_unreachable_daemon_reports_what_docker_said(error, fix):
+    """m8: the detail is docker's own stderr, and the fix fits the cause."""
+    host = replace(GOOD, docker=DockerFacts(server_version=None, error=error))
+    fixes = failed(host)
+    assert list(fixes) == ["docker"]
+    assert fixes["docker"][0].startswith(fix)
+    assert details(host)["docker"] == error
+
+
+@pytest.mark.upstream("kind-release-vouches-for-its-images")
+@pytest.mark.parametrize(
+    ("line", "ok"),
+    [
+        ("kind v0.31.0 go1.25.5 linux/amd64", True),
+        ("kind v0.31.2 go1.25.5 linux/amd64", True),
+        ("kind v0.32.0 go1.26.1 linux/amd64", False),
+        ("kind v0.30.0 go1.24.6 linux/amd64", False),
+    ],
+)
+def test_kind_is_pinned_to_the_release_of_the_node_image(line, ok):
+    """m11: the pinned kindest/node v1.35.0 digest is kind v0.31.0's default image."""
+    fixes = failed(replace(GOOD, tools={**GOOD.tools, "kind": line}))
+    if ok:
+        assert fixes == {}
+    else:
+        assert list(fixes) == ["kind version"]
+        assert fixes["kind version"][0].startswith(
+            "install kind v0.31.0: go install sigs.k8s.io/kind@v0.31.0"
+        )
+
+
+def test_missing_tools_and_kind_only_when_kind_runs_here():
+    fixes = failed(replace(GOOD, tools={}))
+    assert list(fixes) == ["kubectl", "curl", "kind", "git", "helm"]
+    assert fixes["helm"] == ("install Helm 3: https://helm.sh/docs/intro/install/",)
+    # Workers join another stack's cluster, whose platform is installed already.
+    joined = replace(PLAN, kind_cluster=False, kamaji_charts=False)
+    tools = {"kubectl": "v1.35.0", "curl": "curl 8.14.1"}
+    assert list(failed(replace(GOOD, tools=tools), joined)) == []
+
+
+def test_git_and_helm_are_needed_wherever_the_lab_installs_kamaji():
+    """M3: Kamaji's charts are cloned from their git tag and built with helm on this host."""
+    cfg = {"tenants": [{"name": "a"}]}
+    assert host_plan(parse_config(cfg)).kamaji_charts
+    existing = {**cfg, "managementMode": "existing", "managementStack": "org/p/lab"}
+    assert host_plan(parse_config(existing)).kamaji_charts
+    no_platform = host_plan(parse_config({**existing, "installPlatform": False}))
+    assert not no_platform.kamaji_charts
+
+
+@pytest.mark.upstream("kind-local-subnet-clashes")
+def test_subnet_clashes_with_routes_and_other_docker_networks():
+    """m12: a VPN route or another network on 172.30/16 makes `docker network create` fail."""
+    networks = (*DOCKER.networks, DockerNetwork("other-lab", ("172.30.4.0/24",), "br-ffffffffffff"))
+    routes = (*GOOD.routes, Route("172.16.0.0/12", "tun0"))
+    host = replace(GOOD, docker=replace(DOCKER, networks=networks), routes=routes)
+    assert details(host)["lab subnet"] == (
+        "172.30.0.0/16 overlaps docker network other-lab (172.30.4.0/24); "
+        "route 172.16.0.0/12 dev tun0"
+    )
+    (fix,) = failed(host)["lab subnet"]
+    assert fix.startswith("pulumi config set subnet 10.213.0.0/16 ")
+
+
+def test_the_lab_s_own_network_and_its_route_do_not_clash_on_a_second_run():
+    """m12: the lab's own network (and the route of its bridge) exists after the first up."""
+    host = replace(
+        GOOD,
+        docker=replace(DOCKER, networks=(*DOCKER.networks, LAB_NETWORK)),
+        routes=(*GOOD.routes, Route("172.30.0.0/16", "br-0123456789ab")),
+    )
+    assert failed(host) == {}
+    assert subnet_clashes("172.30.0.0/16", "someone-else", host.docker.networks, host.routes) == [
+        "docker network kamaji-hami-lab (172.30.0.0/16)",
+        "route 172.30.0.0/16 dev br-0123456789ab",
+    ]
+
+
+def test_the_suggested_subnet_is_free_on_this_host():
+    taken = (*GOOD.routes, Route("10.213.0.0/16", "wg0"), Route("172.30.0.0/16", "tun0"))
+    (fix,) = failed(replace(GOOD, routes=taken))["lab subnet"]
+    assert fix.startswith("pulumi config set subnet 10.214.0.0/16 ")
+
+
+@pytest.mark.parametrize(
+    ("version", "minor", "series"),
+    [("v1.35.0", (1, 35), "1.35"), ("1.36.3", (1, 36), "1.36"), ("v1.31", (1, 31), "1.31")],
+)
+def test_one_parser_names_a_kubernetes_minor(version: str, minor: tuple[int, int], series: str):
+    """Review 6: config (worker image vs kubernetesVersion), the preflight (kube-proxy's cap
+    from v1.36) and the remote scripts (pkgs.k8s.io/core:/stable:/v1.35) read the same minor."""
+    assert kubernetes_minor(version) == minor and minor_series(version) == series
+    from labconfig import model as config
+
+    assert not hasattr(config, "_minor") and not hasattr(preflight, "_minor")
+    assert kube_proxy_conntrack_max("1.36.0", 40) == kube_proxy_conntrack_max("v1.36.0", 40)
+    assert preflight.CONNTRACK_CAP_VERSION == "v1.36"

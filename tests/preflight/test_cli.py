@@ -1,0 +1,112 @@
+"""`python -m preflight`: a stack's plan from its config and state, exit codes and output."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from dataclasses import replace
+
+import pytest
+
+from planning.host_plan import Sizing
+from preflight import cli
+from tests.support.made_up_hosts import ANSWERS, GOOD, PLAN, FakeHost
+
+
+def stack_answers(config: dict, export: dict) -> dict[str, str | Exception]:
+    return {
+        **ANSWERS,
+        "pulumi config --stack": json.dumps(config),
+        "pulumi stack export": json.dumps(export),
+    }
+
+
+LAB_CONFIG_JSON = {
+    "kamaji-hami-lab:subnet": {"value": "172.30.0.0/16", "secret": False},
+    "kamaji-hami-lab:tenants": {
+        "value": json.dumps(
+            [{"name": "tenant-a", "workers": 1}, {"name": "tenant-b", "workers": 2}]
+        ),
+        "objectValue": [{"name": "tenant-a", "workers": 1}, {"name": "tenant-b", "workers": 2}],
+        "secret": False,
+    },
+    "kamaji-hami-lab:sshPrivateKey": {"secret": True},
+}
+
+
+EXPORT = {
+    "version": 3,
+    "deployment": {
+        "resources": [
+            {
+                "urn": "urn:pulumi:lab::kamaji-hami-lab::pulumi:pulumi:Stack::kamaji-hami-lab-lab",
+                "type": "pulumi:pulumi:Stack",
+            },
+            {
+                "urn": "urn:pulumi:lab::kamaji-hami-lab::kamaji-hami-lab:index:HostPreflight"
+                "$command:local:Command::preflight-checks",
+                "type": "command:local:Command",
+                "outputs": {"stdout": '{"tenants": 2, "workers": 2}', "stderr": "ok ..."},
+            },
+        ]
+    },
+}
+
+
+@pytest.mark.upstream("pulumi-config-json-shape")
+def test_plan_from_stack_reads_config_and_the_last_deployed_sizing():
+    """m6: `make up` checks the stack's own plan against what its last update deployed."""
+    host = FakeHost(stack_answers(LAB_CONFIG_JSON, EXPORT))
+    plan, previous = cli.plan_from_stack("lab", host)
+    assert plan == replace(PLAN, sizing=Sizing(2, 3))
+    assert previous == Sizing(2, 2)
+    assert host.calls == [
+        ["pulumi", "config", "--stack", "lab", "--json"],
+        ["pulumi", "stack", "export", "--stack", "lab"],
+    ]
+    fresh = FakeHost(stack_answers(LAB_CONFIG_JSON, {"version": 3, "deployment": {"manifest": {}}}))
+    assert cli.plan_from_stack("lab", fresh)[1] is None
+
+
+def test_main_with_a_stack_checks_and_prints_the_record(monkeypatch, capsys):
+    monkeypatch.setattr(cli, "read_host_facts", lambda run: GOOD)
+    host = FakeHost(stack_answers(LAB_CONFIG_JSON, EXPORT))
+    assert cli.main(["--stack", "lab"], run=host) == 0
+    out = capsys.readouterr()
+    assert out.out == '{"tenants": 2, "workers": 3}\n'
+    assert "ok   nf_conntrack_max   131072" in out.err
+
+
+def test_main_skips_a_stack_that_disables_the_preflight(monkeypatch, capsys):
+    monkeypatch.setattr(cli, "read_host_facts", lambda run: pytest.fail("read the host"))
+    off = {**LAB_CONFIG_JSON, "kamaji-hami-lab:preflight": {"value": "false", "secret": False}}
+    assert cli.main(["--stack", "lab"], run=FakeHost(stack_answers(off, EXPORT))) == 0
+    assert "preflight: skipped" in capsys.readouterr().err
+
+
+def test_main_names_a_bad_stack_config(capsys):
+    bad = {"kamaji-hami-lab:tenants": {"value": "[]", "secret": False}}
+    assert cli.main(["--stack", "lab"], run=FakeHost(stack_answers(bad, EXPORT))) == 1
+    assert capsys.readouterr().err.startswith("preflight: invalid stack config: tenants")
+
+
+def test_main_says_what_pulumi_said_when_it_cannot_read_the_stack(capsys):
+    gone = subprocess.CalledProcessError(
+        255, ["pulumi", "config"], output="", stderr="error: no stack named 'lab' found\n"
+    )
+    answers = {**stack_answers(LAB_CONFIG_JSON, EXPORT), "pulumi config --stack": gone}
+    assert cli.main(["--stack", "lab"], run=FakeHost(answers)) == 1
+    assert capsys.readouterr().err == (
+        "preflight: cannot read stack lab: error: no stack named 'lab' found\n"
+    )
+
+
+def test_main_exits_non_zero_and_prints_fixes(monkeypatch, capsys):
+    monkeypatch.setattr(cli, "read_host_facts", lambda run: replace(GOOD, br_netfilter=False))
+    argv = ["--tenants", "2", "--workers", "2", "--kube-proxy-version", "v1.35.0"]
+    assert cli.main(argv) == 1
+    out = capsys.readouterr()
+    assert "FAIL br_netfilter" in out.err and "fix: sudo modprobe br_netfilter" in out.err
+    assert (
+        out.out == ""
+    )  # a failed run leaves no record: the next update compares to the last good one

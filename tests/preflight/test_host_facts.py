@@ -1,0 +1,127 @@
+"""Reading the host: docker, routes, /proc and /sys, the disk (preflight/host_facts.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from preflight.host_facts import (
+    DockerFacts,
+    DockerNetwork,
+    Route,
+    docker_disk_path,
+    online_cpus,
+    parse_cpu_list,
+    read_docker,
+    read_host_facts,
+    read_routes,
+)
+from tests.support.made_up_hosts import ANSWERS, DOCKER_INFO, FakeHost, write
+
+
+def shutil_usage(free: int) -> SimpleNamespace:
+    return SimpleNamespace(total=free * 2, used=free, free=free)  # what shutil.disk_usage gives
+
+
+def test_reads_docker_info_and_networks():
+    docker = read_docker(FakeHost(ANSWERS))
+    assert docker.server_version == "28.2.2"
+    assert docker.has_security_option("rootless") and not docker.has_security_option("userns")
+    assert (docker.storage_driver, docker.backing_filesystem) == ("overlay2", "btrfs")
+    assert docker.networks == (
+        DockerNetwork("bridge", ("172.17.0.0/16",), "docker0"),
+        DockerNetwork("kamaji-hami-lab", ("172.30.0.0/16",), "br-0123456789ab"),
+        DockerNetwork("host", (), "br-dddddddddddd"),
+    )
+
+
+def test_a_daemon_that_refuses_keeps_docker_s_own_words():
+    """m8: `docker version` exits 1 with the reason on stderr; that is the detail."""
+    refused = subprocess.CalledProcessError(
+        1, ["docker", "version"], output="", stderr="permission denied while trying to connect\n"
+    )
+    docker = read_docker(FakeHost({**ANSWERS, "docker version --format": refused}))
+    assert docker == DockerFacts(
+        server_version=None, error="permission denied while trying to connect"
+    )
+    missing = read_docker(
+        FakeHost({**ANSWERS, "docker version --format": FileNotFoundError("docker")})
+    )
+    assert missing.error == "not on PATH"
+
+
+def test_routes_unreadable_without_ip():
+    assert read_routes(FakeHost({"ip -json -4": FileNotFoundError("ip")})) is None
+    assert read_routes(FakeHost(ANSWERS)) == (
+        Route("default", "eth0"),
+        Route("172.30.0.0/16", "br-0123456789ab"),
+    )
+
+
+def test_reads_the_host_from_proc_and_sys(tmp_path: Path, monkeypatch):
+    write(tmp_path, "sys/fs/cgroup/cgroup.controllers", "cpu memory\n")
+    write(tmp_path, "proc/sys/fs/inotify/max_user_instances", "1024\n")
+    write(tmp_path, "proc/sys/fs/inotify/max_user_watches", "524288\n")
+    write(tmp_path, "proc/sys/net/netfilter/nf_conntrack_max", "262144\n")
+    write(tmp_path, "sys/module/nf_conntrack/parameters/hashsize", "65536\n")
+    write(tmp_path, "proc/meminfo", "MemTotal: 16000000 kB\nMemAvailable: 8192000 kB\n")
+    (tmp_path / "sys/module/br_netfilter").mkdir(parents=True)
+    monkeypatch.setattr("shutil.which", lambda tool: f"/usr/bin/{tool}")
+    facts = read_host_facts(FakeHost(ANSWERS), tmp_path, disk_path=str(tmp_path))
+    assert facts.cgroup_v2 and facts.br_netfilter
+    assert (facts.inotify_instances, facts.inotify_watches) == (1024, 524288)
+    assert (facts.conntrack_max, facts.conntrack_hashsize) == (262144, 65536)
+    assert facts.mem_available_mb == 8000
+    assert facts.tools == {
+        "kind": "kind v0.31.0 go1.25.5 linux/amd64",
+        "kubectl": "Client Version: v1.35.0",
+        "curl": "curl 8.14.1 (x86_64-pc-linux-gnu) libcurl/8.14.1",
+        "git": "git version 2.47.3",
+        "helm": "v3.19.0+g3d8990f",
+    }
+    assert facts.docker.server_version == "28.2.2" and facts.routes is not None
+
+
+@pytest.mark.upstream("kube-proxy-counts-the-hosts-online-cpus")
+def test_cpus_are_the_hosts_online_cpus_as_kube_proxy_counts_them(tmp_path: Path, monkeypatch):
+    """B3/m9 (review 4, disputed): kube-proxy scales conntrack by cAdvisor's sysfs count of
+    online CPUs, not by its affinity; a preflight pinned to one CPU (taskset) must still
+    compute the target for the whole host."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    write(tmp_path, "sys/devices/system/cpu/online", "0-3,6,8-9\n")
+    facts = read_host_facts(FakeHost(ANSWERS), tmp_path, disk_path=str(tmp_path))
+    assert facts.cpus == 7
+    assert (parse_cpu_list("0\n"), parse_cpu_list("0-15"), parse_cpu_list("0,2,4-5")) == (1, 16, 4)
+    (tmp_path / "sys/devices/system/cpu/online").unlink()  # hotplug off: every CPU is online
+    assert online_cpus(tmp_path) == 64
+
+
+@pytest.mark.upstream("docker-info-root-dir")
+def test_disk_is_measured_where_the_daemon_stores_images(tmp_path: Path, monkeypatch):
+    """Review 4: rootless Docker (and a moved data-root) stores images under DockerRootDir,
+    not /var/lib/docker; a root this host cannot see (Docker Desktop's VM) falls back to /."""
+    data_root = tmp_path / "home/u/.local/share/docker"
+    data_root.mkdir(parents=True)
+    measured: list[str] = []
+    monkeypatch.setattr(
+        "shutil.disk_usage", lambda path: measured.append(str(path)) or shutil_usage(10**9)
+    )
+    info = {**DOCKER_INFO, "DockerRootDir": str(data_root)}
+    read_host_facts(FakeHost({**ANSWERS, "docker info --format": json.dumps(info)}), tmp_path)
+    assert measured == [str(data_root)]
+    assert read_docker(FakeHost(ANSWERS)).root_dir == "/var/lib/docker"
+    assert docker_disk_path(DockerFacts("28.2.2", root_dir=str(tmp_path / "vm-only"))) == "/"
+    assert docker_disk_path(DockerFacts(None, error="not on PATH")) == "/"
+
+
+def test_nf_conntrack_not_loaded_reads_as_none(tmp_path: Path, monkeypatch):
+    monkeypatch.setattr("shutil.which", lambda tool: None)
+    facts = read_host_facts(FakeHost(ANSWERS), tmp_path, disk_path=str(tmp_path))
+    assert (facts.conntrack_max, facts.conntrack_hashsize) == (None, None)
+    assert facts.tools == dict.fromkeys(("kind", "kubectl", "curl", "git", "helm"))
