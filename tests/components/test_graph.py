@@ -32,11 +32,6 @@ KIND_CLUSTER_ONLY = (
 )
 
 
-@pytest.fixture(scope="module")
-def lab() -> ProgramRun:
-    return run_program(LAB)
-
-
 def three_tenants() -> dict:
     config = copy.deepcopy(LAB)
     config["tenants"].append({"name": "tenant-c", "workers": 2, "gpus": [{"model": "T4"}]})

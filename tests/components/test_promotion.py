@@ -30,11 +30,6 @@ AGENT = "kamaji-hami-lab:index:SimulatedGpus"
 
 
 @pytest.fixture(scope="module")
-def lab() -> ProgramRun:
-    return run_program(stack_config("lab"))
-
-
-@pytest.fixture(scope="module")
 def gpu() -> ProgramRun:
     return run_program({**stack_config("gpu"), **SECRETS}, stack="gpu")
 

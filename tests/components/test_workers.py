@@ -139,11 +139,6 @@ def nvml() -> ProgramRun:
     return run_program(stack_config("nvml"), stack="nvml")
 
 
-@pytest.fixture(scope="module")
-def lab() -> ProgramRun:
-    return run_program(stack_config("lab"))
-
-
 def test_worker_images_are_pulled_only_after_the_host_preflight(lab: ProgramRun):
     """m7: nothing touches Docker before the host checks."""
     preflight = lab.named("preflight-checks").urn  # the command that runs the checks
