@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import gpu_agent
-from labconfig.gpu_models import node_inventory
 from labconfig.model import TenantConfig
 from planning.footprint import GPU_AGENT_RESOURCES
+from planning.gpu_inventory import node_inventory
 
 NAMESPACE = "kube-system"
 NAME = "hami-simulated-gpu-agent"

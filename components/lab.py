@@ -36,8 +36,8 @@ from components.tenant.simulated_gpus import SimulatedGpus, SimulatedGpusArgs
 from components.tenant.workers import WorkerPool, WorkerPoolArgs
 from components.validation import Validation, ValidationArgs
 from labconfig.addresses import NetworkPlan, plan_network
-from labconfig.gpu_models import node_inventory
 from labconfig.model import LabConfig, TenantConfig
+from planning.gpu_inventory import node_inventory
 from planning.host_plan import host_plan
 
 Management = ManagementCluster | ExistingManagementCluster

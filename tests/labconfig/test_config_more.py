@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-from labconfig.gpu_models import hami_card_type
 from labconfig.model import ConfigError, TenantConfig, kind_node_container, nvml_mock_profile
 from labconfig.parse import parse_config
+from planning.gpu_inventory import hami_card_type
 from tests.support.pulumi_harness import run_program, stack_config
 
 SSH = {"sshPrivateKey": "-----BEGIN OPENSSH PRIVATE KEY-----\nx\n"}
