@@ -8,7 +8,13 @@ from typing import Any
 
 from labcheck.cluster import ClusterError
 from labcheck.result import Status
-from tests.support.labcheck_fakes import FOREIGN_ANSWERS, FakeLab, hami_pod, run_lab, standard_lab
+from tests.support.labcheck_fakes import (
+    FOREIGN_ANSWERS,
+    FakeLab,
+    check_result,
+    hami_pod,
+    standard_lab,
+)
 
 # The admin reads a foreign identity must be refused, in the order the check probes them.
 ADMIN_READS = [
@@ -57,16 +63,11 @@ def script(lab: FakeLab, label: str, answers: dict[str, int]) -> ScriptedCluster
     return scripted
 
 
-def result(lab: FakeLab, check: str, tenant: str = "tenant-a"):
-    _, r = run_lab(lab, only=[check])
-    return r[(check, tenant)]
-
-
 # isolation.cross-tenant ---------------------------------------------------------------------
 def test_cross_tenant_pass_tallies_each_pairs_refusals_by_code():
     lab = standard_lab()
     lab.tenant("tenant-a").knobs.foreign_answer = 403
-    res = result(lab, "isolation.cross-tenant", "")
+    res = check_result(lab, "isolation.cross-tenant", "")
     assert res.status is Status.PASS
     assert res.evidence == "2 ordered pair(s): every read refused with 401/403"
     assert res.detail == (
@@ -77,7 +78,7 @@ def test_cross_tenant_pass_tallies_each_pairs_refusals_by_code():
 
 def test_cross_tenant_probes_every_admin_read_on_the_target_with_the_other_credentials():
     lab = standard_lab()
-    result(lab, "isolation.cross-tenant", "")
+    check_result(lab, "isolation.cross-tenant", "")
     reads = [("get_raw", (path,)) for path in ADMIN_READS]
     assert lab.tenant("tenant-b").foreign_calls == reads
     assert lab.tenant("tenant-a").foreign_calls == reads
@@ -87,7 +88,7 @@ def test_cross_tenant_probes_every_admin_read_on_the_target_with_the_other_crede
 def test_cross_tenant_checks_every_ordered_pair_of_three_tenants():
     lab = standard_lab()
     lab.add_tenant("tenant-c", "172.30.255.202", [])
-    res = result(lab, "isolation.cross-tenant", "")
+    res = check_result(lab, "isolation.cross-tenant", "")
     assert res.status is Status.PASS
     assert res.evidence == "6 ordered pair(s): every read refused with 401/403"
     assert [line.split(":")[0] for line in res.detail] == [
@@ -104,7 +105,7 @@ def test_mixed_refusals_are_tallied_per_code_in_code_order():
     lab = standard_lab()
     statuses = [403, 401, 403, 401, 403]
     script(lab, "tenant-a-creds@tenant-b", dict(zip(ADMIN_READS, statuses, strict=True)))
-    res = result(lab, "isolation.cross-tenant", "")
+    res = check_result(lab, "isolation.cross-tenant", "")
     assert res.status is Status.PASS
     assert res.detail == (
         f"tenant-a-creds@tenant-b: 401 x2 ({UNKNOWN}), 403 x3 ({RBAC})",
@@ -115,7 +116,7 @@ def test_mixed_refusals_are_tallied_per_code_in_code_order():
 def test_every_read_leaking_means_shared_credentials_and_names_the_paths():
     lab = standard_lab()
     lab.tenant("tenant-b").knobs.accept_foreign = True
-    res = result(lab, "isolation.cross-tenant", "")
+    res = check_result(lab, "isolation.cross-tenant", "")
     assert res.status is Status.FAIL
     assert res.expected == "tenant-a credentials refused by tenant-b"
     assert res.seen == f"tenant-a read tenant-b {ADMIN_READS}"
@@ -129,7 +130,7 @@ def test_some_reads_leaking_blames_an_rbac_binding_on_the_target():
         "tenant-a-creds@tenant-b",
         {path: 403 for path in ADMIN_READS} | {"/api/v1/secrets": 200},
     )
-    res = result(lab, "isolation.cross-tenant", "")
+    res = check_result(lab, "isolation.cross-tenant", "")
     assert scripted.reads == ADMIN_READS
     assert res.status is Status.FAIL
     assert res.expected == "tenant-a credentials refused by tenant-b"
@@ -145,7 +146,7 @@ def test_unanswered_reads_are_listed_and_refusals_beside_them_do_not_pass():
     lab = standard_lab()
     statuses = [401, 0, 401, 500, 401]
     script(lab, "tenant-a-creds@tenant-b", dict(zip(ADMIN_READS, statuses, strict=True)))
-    res = result(lab, "isolation.cross-tenant", "")
+    res = check_result(lab, "isolation.cross-tenant", "")
     assert res.status is Status.FAIL
     assert res.expected == "tenant-a-creds@tenant-b: HTTP 401/403 on every read"
     assert res.seen == (
@@ -157,7 +158,7 @@ def test_unanswered_reads_are_listed_and_refusals_beside_them_do_not_pass():
 def test_cross_tenant_runs_with_exactly_two_tenants_and_skips_with_one():
     lab = FakeLab()
     lab.add_tenant("solo", "172.30.255.205", [])
-    res = result(lab, "isolation.cross-tenant", "")
+    res = check_result(lab, "isolation.cross-tenant", "")
     assert (res.status, res.evidence) == (Status.SKIP, "only one tenant configured")
     assert lab.created_clusters == []
 
@@ -166,7 +167,7 @@ def test_cross_tenant_runs_with_exactly_two_tenants_and_skips_with_one():
 def test_management_pass_tallies_the_refusals_of_the_management_api():
     lab = standard_lab()
     lab.mgmt.knobs.foreign_answer = 403
-    res = result(lab, "isolation.management")
+    res = check_result(lab, "isolation.management")
     assert res.status is Status.PASS
     assert res.evidence == "management API refused 5 reads with tenant-a credentials"
     assert res.detail == (f"tenant-a-creds@management: 403 x5 ({RBAC})",)
@@ -182,7 +183,7 @@ def test_management_leak_names_the_paths_read():
         "tenant-a-creds@management",
         {path: 401 for path in ADMIN_READS} | {"/api/v1/nodes": 200, "/api/v1/pods": 200},
     )
-    res = result(lab, "isolation.management")
+    res = check_result(lab, "isolation.management")
     assert res.status is Status.FAIL
     assert res.expected == "tenant-a credentials refused by the management API"
     assert res.seen == "read ['/api/v1/nodes', '/api/v1/pods']"
@@ -193,7 +194,7 @@ def test_management_unanswered_read_names_the_pair_and_the_path():
     lab = standard_lab()
     statuses = [401, 401, 401, 401, 0]
     script(lab, "tenant-b-creds@management", dict(zip(ADMIN_READS, statuses, strict=True)))
-    res = result(lab, "isolation.management", "tenant-b")
+    res = check_result(lab, "isolation.management", "tenant-b")
     assert res.status is Status.FAIL
     assert res.expected == "tenant-b-creds@management: HTTP 401/403 on every read"
     assert res.seen == "/apis/apps/v1/deployments: ConnectTimeoutError: timed out"
@@ -227,7 +228,7 @@ def test_placement_counts_live_gpu_pods_and_ignores_pods_without_the_annotation(
             gpu_pod("pending", "tenant-a-worker-1", None),  # allocated, not bound yet
         ],
     )
-    res = result(lab, "isolation.gpu-placement")
+    res = check_result(lab, "isolation.gpu-placement")
     assert res.status is Status.PASS
     assert res.evidence == "2 GPU pod placement(s), all on ['tenant-a-worker-1']"
 
@@ -241,7 +242,7 @@ def test_placement_on_a_foreign_vgpu_node_fails_even_when_bound_at_home():
             gpu_pod("stray-pending", "tenant-b-worker-1", None),
         ],
     )
-    res = result(lab, "isolation.gpu-placement")
+    res = check_result(lab, "isolation.gpu-placement")
     assert res.status is Status.FAIL
     assert res.expected == "GPU pods only on ['tenant-a-worker-1']"
     assert res.seen == (
@@ -255,7 +256,7 @@ def test_placement_bound_to_a_foreign_node_fails_and_shows_at_most_three_pods():
     lab = standard_lab()
     away = [gpu_pod(f"away-{i}", "tenant-a-worker-1", "tenant-b-worker-1") for i in range(4)]
     live_pods(lab, [gpu_pod("home", "tenant-a-worker-1", "tenant-a-worker-1"), *away])
-    res = result(lab, "isolation.gpu-placement")
+    res = check_result(lab, "isolation.gpu-placement")
     assert res.status is Status.FAIL
     assert res.seen == str(
         [(f"away-{i}", "tenant-a-worker-1", "tenant-b-worker-1") for i in range(3)]

@@ -720,6 +720,22 @@ def run_lab(
     return out, {(r.check, r.tenant): r for r in out.results}
 
 
+def check_result(lab: FakeLab, check: str, tenant: str = "tenant-a") -> Result:
+    """One check run alone against the fake lab: its result for `tenant` ("" if lab-wide)."""
+    _, results = run_lab(lab, only=[check])
+    return results[(check, tenant)]
+
+
+def fail_call(server: FakeServer, call: str, status: int, message: str, when=lambda args: True):
+    """Make one fake API call fail (after the fake's reachability check)."""
+
+    def hook(name: str, args: tuple) -> None:
+        if name == call and when(args):
+            raise ClusterError(status, message)
+
+    server.hook = hook
+
+
 def hami_pod(namespace: str, name: str, node: str, slices: str, phase: str = "Running") -> Obj:
     """A pod as HAMi left it after placing it: `slices` is its vgpu-devices-allocated value."""
     return {
