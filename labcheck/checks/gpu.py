@@ -320,7 +320,7 @@ def _pending_cause(seen: str, attempt: _Attempt | None = None) -> str:
         return (
             "HAMi found no card with room (leftover GPU pods, or inventory smaller than configured)"
         )
-    if "Pending on -" in seen or "phase Pending on -" in seen:
+    if "Pending on -" in seen:
         return "not scheduled: hami-scheduler down or its extender unreachable"
     return "pod did not start; see its events"
 
