@@ -23,7 +23,7 @@ from labcheck.checks.gpu import (
 from labcheck.cluster import ClusterError
 from labcheck.context import RunContext
 from labcheck.objects import gpu_pod
-from labcheck.result import CheckFailed, Result, Status
+from labcheck.result import CheckFailed, Status
 from labcheck.spec import Tenant, parse_spec
 from tests.support.labcheck_fakes import (
     A100,
@@ -31,6 +31,7 @@ from tests.support.labcheck_fakes import (
     FakeLab,
     FakeServer,
     _node,
+    check_result,
     hami_pod,
     placement_lab,
     run_lab,
@@ -40,11 +41,6 @@ from tests.support.labcheck_fakes import (
 Obj = dict[str, Any]
 REGISTER = "hami.io/node-nvidia-register"
 BIND_CAUSE_START = "allocation never finished: the node lock or bind-phase"
-
-
-def result(lab: FakeLab, check: str, tenant: str = "tenant-a") -> Result:
-    _, r = run_lab(lab, only=[check])
-    return r[(check, tenant)]
 
 
 def spy_creates(server: FakeServer) -> list[Obj]:
@@ -144,7 +140,7 @@ def test_endpoint_wait_is_measured_from_its_own_start():
     lab = standard_lab()
     lab.clock.t = 1000.0
     lab.tenant("tenant-a").knobs.endpoints_at = 1012.0
-    res = result(lab, "hami.webhook")
+    res = check_result(lab, "hami.webhook")
     assert res.status is Status.PASS
     assert res.evidence.endswith("allocated on tenant-a-worker-1; webhook endpoint ready after 12s")
 
@@ -153,7 +149,7 @@ def test_endpoint_wait_is_measured_from_its_own_start():
 def test_endpoint_ready_after_one_poll_is_noted():
     lab = standard_lab()
     lab.tenant("tenant-a").knobs.endpoints_at = 1.0
-    res = result(lab, "hami.webhook")
+    res = check_result(lab, "hami.webhook")
     assert res.evidence.endswith("; webhook endpoint ready after 1s")
 
 
@@ -162,7 +158,7 @@ def test_endpoint_wait_is_bounded_by_pod_seconds_when_shorter_than_two_ticks():
     lab = standard_lab()
     lab.spec["timeouts"]["podSeconds"] = 20
     lab.tenant("tenant-a").knobs.endpoints_at = None
-    res = result(lab, "hami.webhook")
+    res = check_result(lab, "hami.webhook")
     assert res.status is Status.FAIL
     assert res.expected == "a ready endpoint of Service kube-system/hami-scheduler within 20s"
     assert lab.clock.t == 20.0
@@ -195,7 +191,7 @@ def test_a_gpu_pod_that_completes_is_a_failure_not_an_allocation():
             pod["status"]["phase"] = "Succeeded"
 
     after_get_pod(lab.tenant("tenant-a"), completes)
-    res = result(lab, "hami.webhook")
+    res = check_result(lab, "hami.webhook")
     assert res.status is Status.FAIL
     assert res.seen == (
         "pod lc-t1-webhook ended: phase Succeeded on tenant-a-worker-1, bind-phase success"
@@ -210,7 +206,7 @@ def test_a_wait_ending_at_the_recreation_says_the_pod_was_recreated():
     lab = standard_lab()
     lab.spec["timeouts"]["podSeconds"] = 16
     lab.tenant("tenant-a").knobs.registration_read_at = 10_000
-    res = result(lab, "hami.webhook")
+    res = check_result(lab, "hami.webhook")
     assert res.status is Status.FAIL
     assert res.seen == (
         "lc-t1-webhook: phase Pending on -, Unschedulable: 0/1 nodes are available: 1 node "
@@ -241,7 +237,7 @@ def test_a_pod_pending_for_another_reason_than_unregistered_is_never_recreated()
     a = lab.tenant("tenant-a")
     a.knobs.scheduler = False
     creates = spy_creates(a)
-    res = result(lab, "hami.webhook")
+    res = check_result(lab, "hami.webhook")
     assert res.status is Status.FAIL
     assert res.cause == "not scheduled: hami-scheduler down or its extender unreachable"
     assert names(creates) == ["lc-t1-webhook"]
@@ -257,7 +253,7 @@ def test_a_bound_pod_is_never_recreated_whatever_condition_it_still_carries():
     a.knobs.requeue_unregistered = True
     a.knobs.finish_alloc = False
     creates = spy_creates(a)
-    res = result(lab, "hami.webhook")
+    res = check_result(lab, "hami.webhook")
     assert res.status is Status.FAIL
     assert res.seen == "lc-t1-webhook: phase Pending on tenant-a-worker-1, bind-phase allocating"
     assert res.cause.startswith(BIND_CAUSE_START)
@@ -274,7 +270,7 @@ def test_a_pinned_pod_waits_for_its_own_nodes_registration_not_another_nodes():
     del s.nodes["gpu-host-worker-1"]["metadata"]["annotations"][REGISTER]
     add_gpu_node(lab, s, "gpu-host-worker-2", [A100])
     creates = spy_creates(s)
-    res = result(lab, "gpu.memory-limit", "gpu-host")
+    res = check_result(lab, "gpu.memory-limit", "gpu-host")
     assert res.status is Status.FAIL
     assert res.cause == (
         "HAMi rejects the node as unregistered and it has no hami.io/node-nvidia-register "
@@ -381,7 +377,7 @@ def test_gpu_placement_fails_on_a_registration_hami_cannot_read(registration, se
     lab = placement_lab()
     node = lab.tenant("tenant-b").nodes["tenant-b-worker-1"]
     node["metadata"]["annotations"][REGISTER] = registration
-    r = result(lab, "gpu.placement", "tenant-b")
+    r = check_result(lab, "gpu.placement", "tenant-b")
     assert r.status is Status.FAIL
     assert (r.expected, r.seen) == (
         "every hami.io/node-nvidia-register a JSON array of cards",
@@ -396,7 +392,7 @@ def test_gpu_placement_fails_on_a_registration_hami_cannot_read(registration, se
 def test_webhook_asks_a_tenth_of_the_smallest_card():
     lab = mixed_lab()
     bodies = spy_creates(lab.tenant("tenant-m"))
-    res = result(lab, "hami.webhook", "tenant-m")
+    res = check_result(lab, "hami.webhook", "tenant-m")
     assert res.status is Status.PASS
     assert [limits(b) for b in bodies] == [{"nvidia.com/gpu": "1", "nvidia.com/gpumem": "2303"}]
     assert_run_pods(bodies, "hami-webhook", None)
@@ -422,7 +418,7 @@ def test_inventory_without_allocatable_gpus_says_so(path):
     for key in path[:-1]:
         holder = holder[key]
     del holder[path[-1]]
-    res = result(lab, "gpu.inventory")
+    res = check_result(lab, "gpu.inventory")
     assert res.status is Status.FAIL
     assert (res.expected, res.seen) == (
         "tenant-a-worker-1 allocatable nvidia.com/gpu=10 (cards x split)",
@@ -440,7 +436,7 @@ def test_inventory_registering_other_cards_than_configured_fails():
     cards = json.loads(ann[REGISTER])
     cards[0]["devmem"] = 40960
     ann[REGISTER] = json.dumps(cards)
-    res = result(lab, "gpu.inventory")
+    res = check_result(lab, "gpu.inventory")
     assert res.status is Status.FAIL
     assert res.expected == "tenant-a-worker-1 registers [('NVIDIA A100-SXM4-80GB', 81920, 100, 10)]"
     assert res.seen == "[('NVIDIA A100-SXM4-80GB', 40960, 100, 10)]"
@@ -451,7 +447,7 @@ def test_inventory_registering_other_cards_than_configured_fails():
 def test_sharing_on_cards_split_in_two_runs_two_pods():
     lab = FakeLab()
     lab.add_tenant("tenant-s", "172.30.255.207", [{**L4, "count": 2}])
-    res = result(lab, "gpu.sharing", "tenant-s")
+    res = check_result(lab, "gpu.sharing", "tenant-s")
     assert res.status is Status.PASS
     # 23034 // 3 MB and 100 // 3 % each
     assert (
@@ -462,7 +458,7 @@ def test_sharing_on_cards_split_in_two_runs_two_pods():
 def test_sharing_sizes_its_slices_from_the_smallest_card():
     lab = mixed_lab(policy=("spread", "spread"))
     bodies = spy_creates(lab.tenant("tenant-m"))
-    res = result(lab, "gpu.sharing", "tenant-m")
+    res = check_result(lab, "gpu.sharing", "tenant-m")
     assert res.status is Status.PASS
     assert res.evidence.endswith(" on tenant-m-worker-1: 5758MB/25% each")  # 23034 // 4, 100 // 4
     assert [b["metadata"]["annotations"] for b in bodies] == [
@@ -473,7 +469,7 @@ def test_sharing_sizes_its_slices_from_the_smallest_card():
 
 # gpu.policy ---------------------------------------------------------------------------------
 def test_policy_pass_names_both_policies_in_order_with_the_configured_one():
-    res = result(standard_lab(), "gpu.policy", "tenant-b")
+    res = check_result(standard_lab(), "gpu.policy", "tenant-b")
     assert res.evidence == (
         "tenant-b-worker-1: spread: different cards, binpack: same card "
         "(configured gpu policy spread)"
@@ -490,7 +486,7 @@ def test_policy_pass_names_both_policies_in_order_with_the_configured_one():
 def test_policy_tests_the_configured_policy_first_and_both_always(configured, evidence):
     lab = FakeLab()
     lab.add_tenant("tenant-p", "172.30.255.208", [L4, L4], policy=("binpack", configured))
-    res = result(lab, "gpu.policy", "tenant-p")
+    res = check_result(lab, "gpu.policy", "tenant-p")
     assert res.status is Status.PASS
     assert res.evidence == f"tenant-p-worker-1: {evidence} (configured gpu policy {configured})"
 
@@ -498,7 +494,7 @@ def test_policy_tests_the_configured_policy_first_and_both_always(configured, ev
 def test_policy_asks_a_quarter_of_the_smallest_card_with_the_tenants_node_policy():
     lab = mixed_lab(policy=("spread", "spread"))
     bodies = spy_creates(lab.tenant("tenant-m"))
-    res = result(lab, "gpu.policy", "tenant-m")
+    res = check_result(lab, "gpu.policy", "tenant-m")
     assert res.status is Status.PASS
     assert [limits(b)["nvidia.com/gpumem"] for b in bodies] == ["5758"] * 4
     assert [b["metadata"]["annotations"] for b in bodies] == [
@@ -516,7 +512,7 @@ def test_spread_predicts_one_card_when_the_other_is_already_fuller():
     s = lab.add_tenant("tenant-p", "172.30.255.208", [L4, L4])
     node = "tenant-p-worker-1"
     s.add_placed_pod(hami_pod("apps", "w", node, f"GPU-{node}-1,NVIDIA,5800,0:;"))
-    res = result(lab, "gpu.policy", "tenant-p")
+    res = check_result(lab, "gpu.policy", "tenant-p")
     assert res.status is Status.PASS
     assert res.evidence == (
         "tenant-p-worker-1: spread: same card, binpack: same card (configured gpu policy spread)"
@@ -526,7 +522,7 @@ def test_spread_predicts_one_card_when_the_other_is_already_fuller():
 def test_spread_ignored_by_the_scheduler_fails_with_the_prediction():
     lab = standard_lab()
     lab.tenant("tenant-b").knobs.ignore_policy = "binpack"
-    res = result(lab, "gpu.policy", "tenant-b")
+    res = check_result(lab, "gpu.policy", "tenant-b")
     assert res.status is Status.FAIL
     card0, card1 = "GPU-tenant-b-worker-1-0", "GPU-tenant-b-worker-1-1"
     assert res.expected == f"spread: 2 pods on different cards (predicted ['{card1}', '{card0}'])"
@@ -541,13 +537,13 @@ def test_policy_pods_allocated_without_a_device_annotation_fail():
         pod["metadata"]["annotations"].pop("hami.io/vgpu-devices-allocated", None)
 
     after_get_pod(lab.tenant("tenant-b"), no_devices)
-    res = result(lab, "gpu.policy", "tenant-b")
+    res = check_result(lab, "gpu.policy", "tenant-b")
     assert res.status is Status.FAIL
     assert res.seen == "cards ['', '']"
 
 
 def test_policy_skips_without_a_node_of_two_cards():
-    res = result(standard_lab(), "gpu.policy")
+    res = check_result(standard_lab(), "gpu.policy")
     assert res.status is Status.SKIP
     assert res.evidence == "card placement policy needs 2+ cards on one node; none configured"
 
@@ -561,7 +557,7 @@ def two_node_lab() -> FakeLab:
 
 
 def test_inventory_covers_every_gpu_node():
-    res = result(two_node_lab(), "gpu.inventory", "tenant-p")
+    res = check_result(two_node_lab(), "gpu.inventory", "tenant-p")
     assert res.status is Status.PASS
     assert res.evidence == (
         "tenant-p-worker-1: 1 card(s), nvidia.com/gpu=10; "
@@ -571,7 +567,7 @@ def test_inventory_covers_every_gpu_node():
 
 def test_policy_picks_the_first_node_with_two_cards():
     lab = two_node_lab()
-    res = result(lab, "gpu.policy", "tenant-p")
+    res = check_result(lab, "gpu.policy", "tenant-p")
     assert res.status is Status.PASS
     assert res.evidence.startswith("tenant-p-worker-2: spread: different cards")
 
@@ -586,7 +582,7 @@ NO_CARD = (
 def test_oversubscription_probe_asks_one_mb_more_than_any_card_has_left():
     """60 % of the A100 filled (49152 MB): the probe asks 32768 + 1 MB; the reason is cut at
     120 characters."""
-    res = result(standard_lab(), "gpu.oversubscription")
+    res = check_result(standard_lab(), "gpu.oversubscription")
     assert res.status is Status.PASS
     assert res.evidence == f"32769MB (> 32768MB left on any card) stays Pending: {NO_CARD[:120]}"
 
@@ -594,7 +590,7 @@ def test_oversubscription_probe_asks_one_mb_more_than_any_card_has_left():
 def test_oversubscription_fills_every_card_once_with_spread():
     lab = standard_lab()
     bodies = spy_creates(lab.tenant("tenant-b"))
-    res = result(lab, "gpu.oversubscription", "tenant-b")
+    res = check_result(lab, "gpu.oversubscription", "tenant-b")
     assert res.status is Status.PASS
     fillers = [b for b in bodies if b["metadata"]["name"].startswith("lc-t1-fill-")]
     assert names(fillers) == ["lc-t1-fill-0", "lc-t1-fill-1"]
@@ -608,7 +604,7 @@ def test_oversubscription_fills_every_card_once_with_spread():
 def test_oversubscription_sizes_fillers_from_the_smallest_card():
     lab = mixed_lab()
     bodies = spy_creates(lab.tenant("tenant-m"))
-    res = result(lab, "gpu.oversubscription", "tenant-m")
+    res = check_result(lab, "gpu.oversubscription", "tenant-m")
     assert res.status is Status.PASS
     assert [limits(b)["nvidia.com/gpumem"] for b in bodies[:2]] == ["13820", "13820"]
     # the A100 keeps 81920 - 13820 MB free
@@ -621,7 +617,7 @@ def test_oversubscription_skips_when_the_fillers_use_nothing_visible():
     lab = standard_lab()
     a = lab.tenant("tenant-a")
     a.list_pods = lambda namespace=None, label_selector="": []
-    res = result(lab, "gpu.oversubscription")
+    res = check_result(lab, "gpu.oversubscription")
     assert res.status is Status.SKIP
     assert res.evidence == "cannot build a fair probe: 81921MB exceeds every card"
 
@@ -633,7 +629,7 @@ def test_oversubscription_probe_as_large_as_a_whole_card_is_still_fair():
     node = "tenant-a-worker-1"
     used = hami_pod("apps", "w", node, f"GPU-{node}-0,NVIDIA,1,0:;")
     a.list_pods = lambda namespace=None, label_selector="": [copy.deepcopy(used)]
-    res = result(lab, "gpu.oversubscription")
+    res = check_result(lab, "gpu.oversubscription")
     assert res.status is Status.PASS
     assert res.evidence.startswith("81920MB (> 81919MB left on any card) stays Pending: ")
 
@@ -668,7 +664,7 @@ def test_oversubscription_accepts_each_hami_no_room_reason(condition, event):
                 a.events[("labcheck-t1", name)] = [{"reason": event, "message": "no node fits"}]
 
     after_get_pod(a, rejected)
-    res = result(lab, "gpu.oversubscription")
+    res = check_result(lab, "gpu.oversubscription")
     assert res.status is Status.PASS
     tail = f" | {event}: no node fits" if event else ""
     assert res.evidence == (
@@ -690,7 +686,7 @@ def test_quota_held_pending_evidence_cuts_the_reason_at_100_characters():
     a.knobs.quota_admission = False
     a.knobs.quota_in_filter = True
     bodies = spy_creates(a)
-    res = result(lab, "gpu.quota")
+    res = check_result(lab, "gpu.quota")
     assert res.status is Status.PASS
     assert [limits(b)["nvidia.com/gpumem"] for b in bodies] == ["81921"]
     assert_run_pods(bodies, "gpu-quota", None)
@@ -702,7 +698,7 @@ def test_quota_held_pending_evidence_cuts_the_reason_at_100_characters():
 def test_quota_not_enforced_shows_the_whole_pending_reason():
     lab = standard_lab()
     lab.tenant("tenant-a").knobs.quota_admission = False
-    res = result(lab, "gpu.quota")
+    res = check_result(lab, "gpu.quota")
     assert res.status is Status.FAIL
     assert res.seen == NO_CARD
 
@@ -712,7 +708,7 @@ def test_quota_pod_pending_without_any_reason_shows_the_pod():
     a = lab.tenant("tenant-a")
     a.knobs.quota_admission = False
     a.knobs.scheduler = False
-    res = result(lab, "gpu.quota")
+    res = check_result(lab, "gpu.quota")
     assert res.status is Status.FAIL
     assert res.expected == "Pending with one of ['ResourceQuotaNotFit']"
     assert res.seen == "phase Pending on -, bind-phase -"
@@ -725,7 +721,7 @@ def test_quota_pod_pending_without_any_reason_shows_the_pod():
 def test_quota_object_with_another_or_no_gpu_memory_limit_fails(quota, seen):
     lab = standard_lab()
     lab.tenant("tenant-a").quotas[("gpu-workloads", "gpu-quota")] = quota
-    res = result(lab, "gpu.quota")
+    res = check_result(lab, "gpu.quota")
     assert res.status is Status.FAIL
     assert (res.expected, res.seen) == ("limits.nvidia.com/gpumem=81920", seen)
     assert res.cause == "quota object differs from the configuration"
@@ -746,7 +742,7 @@ def test_quota_object_with_another_or_no_gpu_memory_limit_fails(quota, seen):
 def test_a_refused_quota_pod_that_is_not_a_quota_denial_names_the_api_cause(status, message, cause):
     lab = standard_lab()
     fail_create_in(lab.tenant("tenant-a"), "gpu-workloads", status, message)
-    res = result(lab, "gpu.quota")
+    res = check_result(lab, "gpu.quota")
     assert res.status is Status.FAIL
     assert res.expected == (
         'HTTP 403 \'admission webhook "vgpu.hami.io" denied the request: exceeding resource '
@@ -767,7 +763,7 @@ def fail_create_in(server: FakeServer, namespace: str, status: int, message: str
 def test_node_lock_burst_of_exactly_the_nodes_slots_runs():
     lab = standard_lab()
     lab.spec["timeouts"] = {"lockBurstPods": 10}
-    res = result(lab, "gpu.node-lock")
+    res = check_result(lab, "gpu.node-lock")
     assert res.status is Status.PASS
     assert res.evidence == (
         "10 pods back to back on tenant-a-worker-1 allocated in 0.0s (bound 60s); "
@@ -779,7 +775,7 @@ def test_node_lock_times_the_burst_from_its_own_start():
     lab = standard_lab()
     lab.clock.t = 1000.0
     lab.tenant("tenant-a").knobs.lock_hold_seconds = 2
-    res = result(lab, "gpu.node-lock")
+    res = check_result(lab, "gpu.node-lock")
     assert res.status is Status.PASS
     assert res.evidence == (
         "5 pods back to back on tenant-a-worker-1 allocated in 8.0s (bound 60s); "
@@ -791,7 +787,7 @@ def test_webhook_on_a_tiny_card_asks_one_mb():
     lab = FakeLab()
     lab.add_tenant("tenant-t", "172.30.255.209", [{**L4, "devmem": 8}])
     bodies = spy_creates(lab.tenant("tenant-t"))
-    res = result(lab, "hami.webhook", "tenant-t")
+    res = check_result(lab, "hami.webhook", "tenant-t")
     assert res.status is Status.PASS
     assert [limits(b)["nvidia.com/gpumem"] for b in bodies] == ["1"]
 
@@ -800,7 +796,7 @@ def test_node_lock_on_a_tiny_card_asks_one_mb_a_pod_so_all_fit():
     lab = FakeLab()
     lab.add_tenant("tenant-t", "172.30.255.209", [{**L4, "devmem": 8}])
     bodies = spy_creates(lab.tenant("tenant-t"))
-    res = result(lab, "gpu.node-lock", "tenant-t")
+    res = check_result(lab, "gpu.node-lock", "tenant-t")
     assert res.status is Status.PASS
     assert [limits(b)["nvidia.com/gpumem"] for b in bodies] == ["1"] * 5
     assert_run_pods(bodies, "gpu-lock", "tenant-t-worker-1")
@@ -829,7 +825,7 @@ def real_lab(cards: list[Obj], smi: str | None = None) -> tuple[FakeLab, FakeSer
 def test_memory_limit_runs_nvidia_smi_in_a_sleeping_smi_pod_sized_from_the_largest_card():
     lab, s, execs = real_lab([L4, A100])
     bodies = spy_creates(s)
-    res = result(lab, "gpu.memory-limit", "gpu-host")
+    res = check_result(lab, "gpu.memory-limit", "gpu-host")
     assert res.status is Status.PASS
     assert res.evidence == "nvidia-smi reports 20480 MiB for a 20480 MiB slice of 81920 MiB"
     assert execs == [("labcheck-t1", "lc-t1-smi", SMI_QUERY)]
@@ -860,7 +856,7 @@ def test_memory_limit_runs_nvidia_smi_in_a_sleeping_smi_pod_sized_from_the_large
 )
 def test_memory_limit_tolerance(devmem, seen, passes):
     lab, _, _ = real_lab([{**A100, "devmem": devmem}], smi=f"{seen}\n")
-    res = result(lab, "gpu.memory-limit", "gpu-host")
+    res = check_result(lab, "gpu.memory-limit", "gpu-host")
     ask = devmem // 4
     if passes:
         assert res.status is Status.PASS
@@ -875,7 +871,7 @@ def test_memory_limit_tolerance(devmem, seen, passes):
 
 def test_memory_limit_reads_the_first_card_of_nvidia_smis_output():
     lab, _, _ = real_lab([A100], smi=" 20480 MiB\n81920 MiB\n")
-    res = result(lab, "gpu.memory-limit", "gpu-host")
+    res = check_result(lab, "gpu.memory-limit", "gpu-host")
     assert res.status is Status.PASS
     assert res.evidence.startswith("nvidia-smi reports 20480 MiB ")
 
@@ -890,7 +886,7 @@ NO_DRIVER = (
 def test_memory_limit_unparsable_output_blames_the_image_or_driver(out):
     """The output is shown up to 120 characters."""
     lab, _, _ = real_lab([A100], smi=out)
-    res = result(lab, "gpu.memory-limit", "gpu-host")
+    res = check_result(lab, "gpu.memory-limit", "gpu-host")
     assert res.status is Status.FAIL
     assert (res.expected, res.seen) == ("nvidia-smi memory.total in MiB", repr(out[:120]))
     assert res.cause == "nvidia-smi missing from the image or driver not injected"
@@ -899,7 +895,7 @@ def test_memory_limit_unparsable_output_blames_the_image_or_driver(out):
 def test_memory_limit_exec_failure_names_the_tunnel():
     lab, s, _ = real_lab([A100])
     s.knobs.konnectivity = False
-    res = result(lab, "gpu.memory-limit", "gpu-host")
+    res = check_result(lab, "gpu.memory-limit", "gpu-host")
     assert res.status is Status.FAIL
     assert res.expected == "nvidia-smi runs in the pod"
     assert res.seen == "HTTP 500: error dialing backend: No agent available"
@@ -909,7 +905,7 @@ def test_memory_limit_exec_failure_names_the_tunnel():
 def test_inventory_of_a_node_without_registration_names_the_registering_side():
     lab = standard_lab()
     del lab.tenant("tenant-b").nodes["tenant-b-worker-1"]["metadata"]["annotations"][REGISTER]
-    res = result(lab, "gpu.inventory", "tenant-b")
+    res = check_result(lab, "gpu.inventory", "tenant-b")
     assert res.status is Status.FAIL
     assert (res.expected, res.seen) == (
         "register annotation on tenant-b-worker-1",
@@ -929,7 +925,7 @@ def test_inventory_of_a_node_without_registration_names_the_registering_side():
 def test_sharing_shows_the_allocation_that_disagrees(skew, seen):
     lab = standard_lab()
     lab.tenant("tenant-b").knobs.allocation_skew = skew
-    res = result(lab, "gpu.sharing", "tenant-b")
+    res = check_result(lab, "gpu.sharing", "tenant-b")
     assert res.status is Status.FAIL
     assert res.seen == seen
 
@@ -937,7 +933,7 @@ def test_sharing_shows_the_allocation_that_disagrees(skew, seen):
 def test_overcommitted_probe_names_the_pod_and_both_ways_round_hami():
     lab = standard_lab()
     lab.tenant("tenant-a").knobs.ignore_memory = True
-    res = result(lab, "gpu.oversubscription")
+    res = check_result(lab, "gpu.oversubscription")
     assert res.status is Status.FAIL
     assert (res.expected, res.seen) == ("lc-t1-over stays Pending", "bound to tenant-a-worker-1")
     assert res.cause == (
@@ -953,7 +949,7 @@ def test_unreadable_quota_object_shows_the_api_error():
             raise ClusterError(403, "resourcequotas is forbidden")
 
     lab.tenant("tenant-a").hook = hook
-    res = result(lab, "gpu.quota")
+    res = check_result(lab, "gpu.quota")
     assert res.status is Status.FAIL
     assert res.seen == "HTTP 403: resourcequotas is forbidden"
 
@@ -966,7 +962,7 @@ def test_a_long_quota_denial_is_cut_at_140_characters_in_the_evidence():
         "exceeding resource quota; requested limits.nvidia.com/gpumem=81921, limited 81920"
     )
     fail_create_in(lab.tenant("tenant-a"), "gpu-workloads", 403, denial)
-    res = result(lab, "gpu.quota")
+    res = check_result(lab, "gpu.quota")
     assert res.status is Status.PASS
     assert res.evidence == f"81921MB pod in gpu-workloads rejected at admission: {denial[:140]}"
     assert len(denial) > 140
