@@ -32,6 +32,7 @@ from tests.support.labcheck_fakes import (
     FakeServer,
     _node,
     check_result,
+    fail_call,
     hami_pod,
     placement_lab,
     run_lab,
@@ -752,11 +753,7 @@ def test_a_refused_quota_pod_that_is_not_a_quota_denial_names_the_api_cause(stat
 
 
 def fail_create_in(server: FakeServer, namespace: str, status: int, message: str) -> None:
-    def hook(name: str, args: tuple) -> None:
-        if name == "create_pod" and args[0] == namespace:
-            raise ClusterError(status, message)
-
-    server.hook = hook
+    fail_call(server, "create_pod", status, message, when=lambda args: args[0] == namespace)
 
 
 # gpu.node-lock ------------------------------------------------------------------------------
