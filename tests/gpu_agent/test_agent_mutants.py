@@ -1,9 +1,9 @@
 """What mutation testing found unpinned in gpu_agent/agent.py (issue 13).
 
-Three behaviours the issue named first: a release that hits a conflict re-judges the lock it re-read (never
-deletes one another pod has just taken); a transient watch error only pauses a watch thread;
-a failed registration, completion-release or lock check is retried after resyncSeconds
-without a relist. Then the details the mutants showed unpinned.
+The three behaviours the issue named come first: a release that hits a conflict re-judges
+the lock it re-read (never deletes one another pod has just taken); a transient watch error
+only pauses a watch thread; a failed registration, completion-release or lock check is
+retried after resyncSeconds without a relist. Then the details the mutants showed unpinned.
 """
 
 from __future__ import annotations
