@@ -30,24 +30,13 @@ from gpu_agent import (
 )
 from gpu_agent import agent as agent_module
 from gpu_agent.agent import EXIT_OK
-from tests.support.fake_kube import FakeKube
+from tests.support.fake_kube import Clock, FakeKube
 
 A100 = {"type": "NVIDIA A100-SXM4-80GB", "devmem": 81920, "devcore": 100}
 NODE = "tenant-a-worker-1"
 OTHER = "tenant-b-w"
 LOCK = "hami.io/mutex.lock"
 RESYNC, RELIST = 2.0, 60.0
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 100.0
-
-    def __call__(self) -> float:
-        return self.t
-
-    def advance(self, seconds: float) -> None:
-        self.t += seconds
 
 
 def make_config(**overrides: Any) -> Config:

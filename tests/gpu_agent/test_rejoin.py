@@ -14,7 +14,7 @@ import pytest
 
 from gpu_agent import Agent, AuthError, TransientError, parse_config, required_rbac_rules
 from gpu_agent.agent import REQUEUE_ANNOTATION
-from tests.support.fake_kube import FakeKube, SchedulerSim, rejoin_latency
+from tests.support.fake_kube import Clock, FakeKube, SchedulerSim, rejoin_latency
 
 A100 = {"type": "NVIDIA A100-SXM4-80GB", "devmem": 81920, "devcore": 100}
 NODE = "tenant-a-worker-1"
@@ -24,14 +24,6 @@ REJECTED = "0/1 nodes are available: 1 node unregistered."
 @pytest.fixture
 def config():
     return parse_config({"resyncSeconds": 2, "nodes": {NODE: [A100]}})
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 100.0
-
-    def __call__(self) -> float:
-        return self.t
 
 
 def rejected(kube: FakeKube, name: str, message: str = REJECTED) -> None:

@@ -857,3 +857,16 @@ def rejoin_latency(
             return t - create_at
         t += 0.25
     return None
+
+
+class Clock:
+    """The agent's monotonic clock (a callable), moved by the test: starts at 100 s."""
+
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+    def advance(self, seconds: float) -> None:
+        self.t += seconds
