@@ -81,6 +81,17 @@ class _Pass:
         self.pods = pods  # bound, unfinished pods as listed or watched, and our writes' results
         self.unseen_owner: list[str] = []  # nodes locked by a pod we have not seen yet
         self.lock_judged: set[PodKey] = set()  # owners whose lock complete() already judged
+        self.locks_seen: set[str] = set()  # nodes whose new lock a write's response showed
+
+    def store_node(self, name: str, node: Obj) -> Obj:
+        """Cache a node the server returned. Its lock can be one no event has shown yet: the
+        event, older than this copy, is then dropped, so the lock is judged in this pass."""
+        if _annotations(node).get(hami.LOCK_ANNOTATION) != _annotations(self.nodes[name]).get(
+            hami.LOCK_ANNOTATION
+        ):
+            self.locks_seen.add(name)
+        self.nodes[name] = node
+        return node
 
     def guard(self, what: str, fn: Callable[..., Any], *args: Any) -> bool:
         """Contain one item's failure to that item; only auth errors end the pass."""
@@ -109,14 +120,14 @@ class _Pass:
         if missing:
             meta["labels"] = missing
         if meta:  # we own these keys: no resourceVersion precondition needed
-            node = self.nodes[name] = self.api.patch_node_metadata(name, {"metadata": meta})
+            node = self.store_node(name, self.api.patch_node_metadata(name, {"metadata": meta}))
             self.s.registered.append(name)
             LOG.info("registered node=%s cards=%d set=%s", name, len(cards), sorted(meta))
 
         total = str(sum(c.count for c in self.config.nodes[name]))
         patch = _capacity_patch(node.get("status"), total)
         if patch:
-            self.nodes[name] = self.api.patch_node_status(name, patch)
+            self.store_node(name, self.api.patch_node_status(name, patch))
             self.s.capacity.append(name)
             LOG.info("set capacity node=%s %s=%s", name, hami.GPU_RESOURCE, total)
 
@@ -134,7 +145,7 @@ class _Pass:
             return
         version = _meta(self.nodes[name]).get("resourceVersion") or ""
         body = {"metadata": {"annotations": {REQUEUE_ANNOTATION: version}}}
-        self.nodes[name] = self.api.patch_node_metadata(name, body)  # our key: no precondition
+        self.store_node(name, self.api.patch_node_metadata(name, body))  # our key: no precondition
         self.s.requeued.extend(waiting)
         LOG.info("requeued pods rejected as unregistered node=%s pods=%s", name, ",".join(waiting))
 
@@ -195,9 +206,9 @@ class _Pass:
                 "metadata": {"annotations": {hami.LOCK_ANNOTATION: None}, "resourceVersion": rv}
             }
             try:
-                self.nodes[name] = self.api.patch_node_metadata(name, body)
+                self.store_node(name, self.api.patch_node_metadata(name, body))
             except Conflict:  # node changed (kubelet, scheduler): re-read and re-judge
-                node = self.nodes[name] = self.api.get_node(name)
+                node = self.store_node(name, self.api.get_node(name))
                 continue
             self.s.released.append(f"{name} {owner} {why}")
             LOG.info("released lock node=%s owner=%s reason=%s", name, owner, why)
@@ -426,7 +437,8 @@ class Agent:
         for name in list(self.nodes):
             value = _annotations(self.nodes[name]).get(hami.LOCK_ANNOTATION)
             owner = hami.lock_owner(value) if value else None
-            if owner is None or not (name in dirty_nodes or owner in dirty_pods or owner in gone):
+            seen = name in dirty_nodes or name in p.locks_seen
+            if owner is None or not (seen or owner in dirty_pods or owner in gone):
                 continue
             if owner in p.lock_judged:
                 continue

@@ -175,3 +175,30 @@ def test_no_look_without_a_registration_write_or_when_turned_off(config):
     clock.t += 60
     assert agent.next_due() == pytest.approx(clock.t)  # only the relist is due
     assert not agent.requeue_at
+
+
+@pytest.mark.upstream("hami-v2.10-bind-writes")
+def test_a_lock_first_seen_in_the_touchs_response_is_still_released(config):
+    """Seen against the real kube-apiserver (tests/real/test_agent_real.py, after a restart):
+    the pod's bind event came before the node's lock event, so the completion's release found
+    no lock in the cached node. The touch then cached a newer copy of the node, lock included;
+    the lock's own event, older than that copy, was dropped, and the lock stayed until HAMi's
+    own expiry, holding the node for every other GPU pod. A lock a write's response shows
+    must be judged like one an event shows."""
+    kube = FakeKube()
+    kube.add_node(NODE)
+    clock = Clock()
+    agent = registered_at(kube, config, clock)
+    kube.add_pod("team-a", "p1")
+    assert kube.schedule("team-a", "p1", NODE) == "bound"  # HAMi: lock, then bind
+    agent.follow("pods", 0)  # the node's watch lags behind
+    first = agent.step()
+    assert first.completed == ["team-a/p1"] and first.released == []
+    rejected(kube, "waiting")
+    clock.t += 17  # HAMi has read the registration: the touch is due
+    second = agent.step()
+    assert second.requeued == ["team-a/waiting"]
+    assert second.released == [f"{NODE} team-a/p1 owner-allocated"]
+    assert kube.lock(NODE) is None
+    agent.follow("nodes", 0)  # the late lock event is older than the touch: dropped
+    assert agent.step().released == [] and kube.lock(NODE) is None
