@@ -38,11 +38,6 @@ NODE = "tenant-a-worker-1"
 DOCKER_CONTAINERD_CONFIG = 'disabled_plugins = ["cri"]\n\n#root = "/var/lib/containerd"\n'
 
 
-@pytest.fixture
-def host(tmp_path: Path) -> FakeHost:
-    return FakeHost(tmp_path / "host")
-
-
 def kind_env(**extra: str) -> dict[str, str]:
     return {
         "KIND_CLUSTER_NAME": "lab",

@@ -44,11 +44,6 @@ exit 7
 """
 
 
-@pytest.fixture
-def host(tmp_path: Path) -> FakeHost:
-    return FakeHost(tmp_path / "host")
-
-
 def tools_dir(host: FakeHost) -> Path:
     directory = host.state.root / "test-bin"
     directory.mkdir(exist_ok=True)

@@ -21,7 +21,6 @@ from gpu_agent import (
     AuthError,
     Config,
     Gone,
-    PassSummary,
     TransientError,
     hami,
     parse_config,
@@ -30,7 +29,7 @@ from gpu_agent import (
 )
 from gpu_agent import agent as agent_module
 from gpu_agent.agent import EXIT_OK
-from tests.support.fake_kube import Clock, FakeKube
+from tests.support.fake_kube import Clock, FakeKube, bind, drain, rejected
 
 A100 = {"type": "NVIDIA A100-SXM4-80GB", "devmem": 81920, "devcore": 100}
 NODE = "tenant-a-worker-1"
@@ -75,18 +74,6 @@ def agent(kube: FakeKube, config: Config, clock: Clock) -> Agent:
     drain(a)
     kube.calls.clear()
     return a
-
-
-def drain(agent: Agent) -> PassSummary:
-    """What the watch threads and the main loop do, in one thread: read, then judge."""
-    agent.follow("nodes", 0)
-    agent.follow("pods", 0)
-    return agent.step()
-
-
-def bind(kube: FakeKube, name: str, node: str = NODE, ns: str = "team-a") -> None:
-    kube.add_pod(ns, name)
-    assert kube.schedule(ns, name, node) == "bound"
 
 
 def before_first(kube: FakeKube, method: str, action: Callable[[], None]) -> None:
@@ -611,14 +598,6 @@ def test_a_live_cached_lock_owner_is_never_looked_up(kube, agent, clock):
 
 
 # ---------------------------------------------------------------- the requeue touch
-REJECTED = "0/1 nodes are available: 1 node unregistered."
-
-
-def rejected(kube: FakeKube, name: str) -> None:
-    pod = kube.add_pod("team-a", name)
-    condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
-    pod["status"]["conditions"] = [{**condition, "message": REJECTED}]
-    kube._bump(pod)
 
 
 @pytest.mark.upstream("kube-scheduler-extender-requeue")

@@ -14,24 +14,15 @@ import pytest
 
 from gpu_agent import Agent, AuthError, TransientError, parse_config, required_rbac_rules
 from gpu_agent.agent import REQUEUE_ANNOTATION
-from tests.support.fake_kube import Clock, FakeKube, SchedulerSim, rejoin_latency
+from tests.support.fake_kube import Clock, FakeKube, SchedulerSim, rejected, rejoin_latency
 
 A100 = {"type": "NVIDIA A100-SXM4-80GB", "devmem": 81920, "devcore": 100}
 NODE = "tenant-a-worker-1"
-REJECTED = "0/1 nodes are available: 1 node unregistered."
 
 
 @pytest.fixture
 def config():
     return parse_config({"resyncSeconds": 2, "nodes": {NODE: [A100]}})
-
-
-def rejected(kube: FakeKube, name: str, message: str = REJECTED) -> None:
-    """A pending pod with the condition kube-scheduler writes after an extender rejection."""
-    pod = kube.add_pod("team-a", name)
-    condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
-    pod["status"]["conditions"] = [{**condition, "message": message}]
-    kube._bump(pod)
 
 
 def registered_at(kube: FakeKube, config, clock: Clock) -> Agent:

@@ -11,7 +11,7 @@ import pytest
 from gpu_agent import Agent, AuthError, Gone, TransientError, parse_config, run
 from gpu_agent import agent as agent_module
 from gpu_agent.agent import EXIT_AUTH, EXIT_OK
-from tests.support.fake_kube import Clock, FakeKube
+from tests.support.fake_kube import Clock, FakeKube, bind, drain
 
 A100 = {"type": "NVIDIA A100-SXM4-80GB", "devmem": 81920, "devcore": 100}
 NODE = "tenant-a-worker-1"
@@ -52,18 +52,6 @@ def agent(kube, config, clock):
     kube.calls.clear()
     kube.events_sent.clear()
     return a
-
-
-def drain(agent: Agent):
-    """What the watch threads and the main loop do, in one thread: read, then judge."""
-    agent.follow("nodes", 0)
-    agent.follow("pods", 0)
-    return agent.step()
-
-
-def bind(kube: FakeKube, name: str, node: str = NODE, ns: str = "team-a") -> None:
-    kube.add_pod(ns, name)
-    assert kube.schedule(ns, name, node) == "bound"
 
 
 def phase(kube: FakeKube, name: str, ns: str = "team-a") -> str | None:

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from gpu_agent.agent import Agent
+from gpu_agent.agent import Agent, PassSummary
 from gpu_agent.config import Config
 from gpu_agent.kube import ApiError, Conflict, NotFound, ObjList, error_for
 
@@ -870,3 +870,29 @@ class Clock:
 
     def advance(self, seconds: float) -> None:
         self.t += seconds
+
+
+# Driving the agent in one thread, as the tests of gpu_agent do.
+WORKER = "tenant-a-worker-1"
+REJECTED_UNREGISTERED = "0/1 nodes are available: 1 node unregistered."
+
+
+def drain(agent: Agent) -> PassSummary:
+    """What the watch threads and the main loop do, in one thread: read, then judge."""
+    agent.follow("nodes", 0)
+    agent.follow("pods", 0)
+    return agent.step()
+
+
+def bind(kube: FakeKube, name: str, node: str = WORKER, ns: str = "team-a") -> None:
+    """A new GPU pod, through HAMi's Filter and Bind onto `node`."""
+    kube.add_pod(ns, name)
+    assert kube.schedule(ns, name, node) == "bound"
+
+
+def rejected(kube: FakeKube, name: str, message: str = REJECTED_UNREGISTERED) -> None:
+    """A pending pod with the condition kube-scheduler writes after an extender rejection."""
+    pod = kube.add_pod("team-a", name)
+    condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+    pod["status"]["conditions"] = [{**condition, "message": message}]
+    kube._bump(pod)
