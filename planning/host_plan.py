@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from labconfig.model import LabConfig
+from labconfig.model import PINNED_NODE_IMAGE, LabConfig
 from planning.footprint import Footprint, lab_footprint
 
 
@@ -45,6 +45,31 @@ class HostPlan:
     # (components/platform/kamaji_chart.py): git and helm are needed wherever the lab installs
     # Kamaji.
     kamaji_charts: bool = True
+    # (name, Kubernetes version) of every tenant: the program's scripts run the host's kubectl
+    # against each API server, remote workers or not.
+    tenant_versions: tuple[tuple[str, str], ...] = ()
+    # The kind management cluster's version (its pinned node image's tag); None when the lab
+    # does not create it on this host.
+    management_version: str | None = None
+
+    @property
+    def api_servers(self) -> tuple[tuple[str, str], ...]:
+        """Who the host's kubectl talks to, and at which Kubernetes version."""
+        management = (
+            (("kind management cluster", self.management_version),)
+            if self.management_version
+            else ()
+        )
+        tenants = tuple((f"tenant {name}", version) for name, version in self.tenant_versions)
+        return management + tenants
+
+
+def node_image_version(image: str) -> str:
+    """`v1.35.0` of `kindest/node:v1.35.0@sha256:…` (the config admits only pinned images)."""
+    match = PINNED_NODE_IMAGE.fullmatch(image)
+    if match is None:
+        raise ValueError(f"not a pinned kindest/node image: {image!r}")
+    return match.group(1)
 
 
 def host_plan(cfg: LabConfig) -> HostPlan | None:
@@ -61,4 +86,6 @@ def host_plan(cfg: LabConfig) -> HostPlan | None:
         network_name=cfg.network_name,
         subnet=cfg.subnet,
         kamaji_charts=kind_cluster or cfg.install_platform,
+        tenant_versions=tuple((t.name, t.kubernetes_version) for t in cfg.tenants),
+        management_version=node_image_version(cfg.management_node_image) if kind_cluster else None,
     )

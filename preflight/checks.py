@@ -39,6 +39,9 @@ CONNTRACK_CAP_SINCE = (1, 36)
 CONNTRACK_CAP_VERSION = "v{}.{}".format(*CONNTRACK_CAP_SINCE)
 
 SYSCTL_D = "/etc/sysctl.d/90-kamaji-hami-lab"
+BRIDGE_NF = "/proc/sys/net/bridge/bridge-nf-call-iptables"
+# kubectl is supported within one minor version (older or newer) of each API server it talks to.
+KUBECTL_SKEW = 1
 HASHSIZE = "/sys/module/nf_conntrack/parameters/hashsize"
 SUBNET_CANDIDATES = ("10.213.0.0/16", "10.214.0.0/16", "192.168.213.0/24")
 
@@ -50,6 +53,7 @@ TOOL_INSTALL = {
         "&& sudo mv ./kind /usr/local/bin/kind"
     ),
     "kubectl": "install kubectl: https://kubernetes.io/docs/tasks/tools/install-kubectl-linux/",
+    "pulumi": "install the Pulumi CLI: curl -fsSL https://get.pulumi.com | sh",
     "curl": "install curl, e.g. sudo apt-get install curl",
     "git": "install git, e.g. sudo apt-get install git",
     "helm": "install Helm 3: https://helm.sh/docs/intro/install/",
@@ -65,6 +69,20 @@ class Finding:
     ok: bool
     detail: str
     fix: tuple[str, ...] = ()
+
+
+def sysctl_fix(key: str, value: int, name: str) -> tuple[str, str]:
+    """Set now and persist: a `sysctl -w` alone is lost at the next boot. One file per setting,
+    so two fixes never overwrite each other's file."""
+    return (
+        f"sudo sysctl -w {key}={value}",
+        f"echo {key}={value} | sudo tee {SYSCTL_D}-{name}.conf",
+    )
+
+
+def module_fix(module: str, conf: str) -> tuple[str, str]:
+    """Load now and at every boot (systemd-modules-load runs before systemd-sysctl)."""
+    return (f"sudo modprobe {module}", f"echo {module} | sudo tee {conf}")
 
 
 def kube_proxy_conntrack_max(version: str, cpus: int) -> int:
@@ -103,14 +121,10 @@ def conntrack_findings(
             )
         ]
     ((target, owners),) = wanted.items()
-    load = (
-        "sudo modprobe nf_conntrack",
-        "echo nf_conntrack | sudo tee /etc/modules-load.d/kamaji-hami-lab.conf",
-    )
+    load = module_fix("nf_conntrack", "/etc/modules-load.d/kamaji-hami-lab.conf")
     max_fix = (
         *(load if conntrack_max is None else ()),
-        f"sudo sysctl -w net.netfilter.nf_conntrack_max={target}",
-        f"echo net.netfilter.nf_conntrack_max={target} | sudo tee {SYSCTL_D}-conntrack.conf",
+        *sysctl_fix("net.netfilter.nf_conntrack_max", target, "conntrack"),
     )
     buckets = target // 4
     hash_fix = (
@@ -173,7 +187,7 @@ def size_findings(facts: HostFacts, sizing: Sizing, previous: Sizing | None) -> 
 
 
 def _docker_daemon_fix(error: str) -> tuple[str, ...]:
-    if error == "not on PATH":
+    if error.endswith("not on PATH"):
         return (TOOL_INSTALL["docker"],)
     if "permission denied" in error.lower():
         return (
@@ -231,7 +245,10 @@ def docker_findings(docker: DockerFacts) -> list[Finding]:
     ]
 
 
-def _kind_version(line: str | None) -> tuple[int, int, int] | None:
+def _version(line: str | None) -> tuple[int, int, int] | None:
+    """The first `vX.Y.Z` of a version line; a suffix (`v1.32.4-dispatcher`) is ignored.
+    kubectl < v1.28 prints `Client Version: version.Info{..., GitVersion:"v1.27.3", ...}`:
+    its GitVersion is the first such match there too (GoVersion reads `go1.20.3`)."""
     match = re.search(r"v(\d+)\.(\d+)\.(\d+)", line or "")
     return tuple(int(g) for g in match.groups()) if match else None  # type: ignore[return-value]
 
@@ -254,7 +271,7 @@ def tool_findings(
         )
         for tool in needed
     ]
-    kind = _kind_version(tools.get("kind")) if kind_cluster else None
+    kind = _version(tools.get("kind")) if kind_cluster else None
     if kind is not None:
         findings.append(
             Finding(
@@ -266,6 +283,64 @@ def tool_findings(
             )
         )
     return findings
+
+
+def _kubectl_install(servers: Sequence[tuple[str, str]]) -> tuple[str, ...]:
+    """A kubectl within one minor of every API server: the newest server version whose minor
+    fits them all (a release that exists), else vX.Y.0 of the one minor between them."""
+    minors = [kubernetes_minor(version) for _, version in servers]
+    fitting = set.intersection(
+        *(
+            {(major, minor + d) for d in range(-KUBECTL_SKEW, KUBECTL_SKEW + 1)}
+            for major, minor in minors
+        )
+    )
+    if not fitting:
+        span = ", ".join(sorted({version for _, version in servers}, key=kubernetes_minor))
+        return (
+            f"no kubectl is within one minor of every API server ({span}): give the tenants "
+            f"(and the kind node image) versions at most {2 * KUBECTL_SKEW} minors apart",
+        )
+    exact = [v for _, v in servers if kubernetes_minor(v) in fitting]
+    numbers = [(*(int(n) for n in re.findall(r"\d+", v)), 0, 0)[:3] for v in exact]
+    version = "v{}.{}.{}".format(*max(numbers)) if numbers else "v{}.{}.0".format(*max(fitting))
+    low, high = ("v{}.{}".format(*m) for m in (min(fitting), max(fitting)))
+    fits = f"only {low} fits" if low == high else f"{low} to {high} fit"
+    return (
+        f"install kubectl {version} ({fits} every API server): curl -LO "
+        f"https://dl.k8s.io/release/{version}/bin/linux/amd64/kubectl && "
+        "sudo install -m 0755 kubectl /usr/local/bin/kubectl (other platforms: "
+        "https://kubernetes.io/docs/tasks/tools/)",
+    )
+
+
+def kubectl_skew_findings(line: str | None, servers: Sequence[tuple[str, str]]) -> list[Finding]:
+    """The host's kubectl against every API server the program's scripts point it at.
+
+    `servers` are (who, Kubernetes version): each tenant, and the kind management cluster.
+    A missing kubectl is the tools check's finding, not this one.
+    """
+    if line is None or not servers:
+        return []
+    client = _version(line)
+    fix = _kubectl_install(servers)
+    if client is None:
+        return [Finding("kubectl version", False, f"no version in {line!r}", fix)]
+    skewed = [
+        f"{who} {version}"
+        for who, version in servers
+        if kubernetes_minor(version)[0] != client[0]
+        or abs(kubernetes_minor(version)[1] - client[1]) > KUBECTL_SKEW
+    ]
+    shown = "v{}.{}.{}".format(*client)
+    if skewed:
+        detail = (
+            f"{shown} is more than one minor from {', '.join(skewed)} (kubectl is supported "
+            "within one minor of kube-apiserver)"
+        )
+    else:
+        detail = f"{shown}, within one minor of every API server"
+    return [Finding("kubectl version", not skewed, detail, fix)]
 
 
 def subnet_clashes(
@@ -330,6 +405,25 @@ def subnet_findings(
     return [Finding("lab subnet", not clashes, detail, fix)]
 
 
+def bridge_nf_finding(value: int | None) -> Finding:
+    """br_netfilter as kubeadm's old preflight judged it: the sysctl exists and reads 1. A
+    module shows under /sys/module, built-in code (CONFIG_BRIDGE_NETFILTER=y) does not."""
+    if value is None:
+        return Finding(
+            "br_netfilter",
+            False,
+            f"{BRIDGE_NF} missing: br_netfilter neither loaded nor built in",
+            module_fix("br_netfilter", "/etc/modules-load.d/kamaji-hami-lab-br_netfilter.conf"),
+        )
+    return Finding(
+        "br_netfilter",
+        value == 1,
+        f"bridge-nf-call-iptables = {value}"
+        + ("" if value == 1 else " (need 1: bridged pod traffic must pass iptables)"),
+        sysctl_fix("net.bridge.bridge-nf-call-iptables", 1, "bridge-nf"),
+    )
+
+
 def kernel_findings(facts: HostFacts) -> list[Finding]:
     return [
         Finding(
@@ -342,20 +436,15 @@ def kernel_findings(facts: HostFacts) -> list[Finding]:
             "inotify instances",
             facts.inotify_instances >= MIN_INOTIFY_INSTANCES,
             f"{facts.inotify_instances} (need >= {MIN_INOTIFY_INSTANCES})",
-            (f"sudo sysctl -w fs.inotify.max_user_instances={MIN_INOTIFY_INSTANCES}",),
+            sysctl_fix("fs.inotify.max_user_instances", MIN_INOTIFY_INSTANCES, "inotify-instances"),
         ),
         Finding(
             "inotify watches",
             facts.inotify_watches >= MIN_INOTIFY_WATCHES,
             f"{facts.inotify_watches} (need >= {MIN_INOTIFY_WATCHES})",
-            (f"sudo sysctl -w fs.inotify.max_user_watches={MIN_INOTIFY_WATCHES}",),
+            sysctl_fix("fs.inotify.max_user_watches", MIN_INOTIFY_WATCHES, "inotify-watches"),
         ),
-        Finding(
-            "br_netfilter",
-            facts.br_netfilter,
-            "loaded" if facts.br_netfilter else "module not loaded",
-            ("sudo modprobe br_netfilter",),
-        ),
+        bridge_nf_finding(facts.bridge_nf_call_iptables),
     ]
 
 
@@ -368,6 +457,7 @@ def check_host(facts: HostFacts, plan: HostPlan, previous: Sizing | None = None)
         *size_findings(facts, plan.sizing, previous),
         *docker_findings(facts.docker),
         *tool_findings(facts.tools, plan.kind_cluster, plan.kamaji_charts),
+        *kubectl_skew_findings(facts.tools.get("kubectl"), plan.api_servers),
         *subnet_findings(plan, facts.docker, facts.routes),
     ]
 

@@ -12,7 +12,7 @@ from labconfig.model import ConfigError
 from labconfig.parse import parse_config
 from labconfig.stack import raw_stack_config
 from planning.host_plan import HostPlan, Sizing, host_plan
-from preflight.checks import check_host, report
+from preflight.checks import TOOL_INSTALL, check_host, report
 from preflight.host_facts import (
     Run,
     error_text,
@@ -61,6 +61,13 @@ def plan_from_stack(stack: str, run: Run = _run) -> tuple[HostPlan | None, Sizin
     return host_plan(cfg), previous
 
 
+def _tenant_version(text: str) -> tuple[str, str]:
+    name, sep, version = text.partition("=")
+    if not (name and sep and version):
+        raise argparse.ArgumentTypeError(f"expected NAME=VERSION, got {text!r}")
+    return name, version
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description="Check this host for the kamaji-hami-lab.")
     parser.add_argument("--stack", help="read the plan from this stack (pulumi config, state)")
@@ -71,6 +78,17 @@ def _parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         help="a tenant version with workers here",
+    )
+    parser.add_argument(
+        "--tenant-version",
+        type=_tenant_version,
+        action="append",
+        default=[],
+        metavar="NAME=VERSION",
+        help="a tenant's Kubernetes version (the host's kubectl talks to every tenant)",
+    )
+    parser.add_argument(
+        "--management-version", help="the kind management cluster's Kubernetes version"
     )
     parser.add_argument("--network", default="kamaji-hami-lab", help="the lab's Docker network")
     parser.add_argument("--subnet", default="172.30.0.0/16")
@@ -94,6 +112,12 @@ def _stack_plan(stack: str, run: Run) -> tuple[HostPlan | None, Sizing | None]:
         return plan_from_stack(stack, run)
     except ConfigError as error:
         raise StackUnreadable(f"invalid stack config: {error}") from None
+    except FileNotFoundError as error:
+        tool = str(error.filename or "pulumi")
+        hint = TOOL_INSTALL.get(tool)
+        raise StackUnreadable(
+            f"cannot read stack {stack}: {tool} is not on PATH" + (f"; {hint}" if hint else "")
+        ) from None
     except (OSError, subprocess.SubprocessError) as error:
         raise StackUnreadable(f"cannot read stack {stack}: {error_text(error)}") from None
 
@@ -106,6 +130,8 @@ def _flags_plan(args: argparse.Namespace) -> tuple[HostPlan, Sizing | None]:
         network_name=args.network,
         subnet=args.subnet,
         kamaji_charts=args.kamaji_charts,
+        tenant_versions=tuple(args.tenant_version),
+        management_version=args.management_version,
     )
     return plan, Sizing.from_record(args.previous)
 

@@ -48,7 +48,9 @@ class HostFacts:
     inotify_watches: int
     conntrack_max: int | None  # None: nf_conntrack not loaded yet
     conntrack_hashsize: int | None
-    br_netfilter: bool
+    # net.bridge.bridge-nf-call-iptables; None: no such sysctl, br_netfilter neither loaded nor
+    # built in. Read, not /sys/module/br_netfilter: built-in code without parameters has none.
+    bridge_nf_call_iptables: int | None
     cpus: int
     mem_available_mb: int
     disk_free_gb: float
@@ -79,7 +81,8 @@ def error_text(error: Exception) -> str:
         text = (error.stderr or error.stdout or "").strip()
         return text or f"exit status {error.returncode}"
     if isinstance(error, FileNotFoundError):
-        return "not on PATH"
+        # subprocess sets the program it could not find as `filename`: say which one.
+        return f"{error.filename} is not on PATH" if error.filename else "not on PATH"
     return str(error)
 
 
@@ -185,7 +188,7 @@ def read_host_facts(run: Run, root: Path = Path("/"), disk_path: str | None = No
         inotify_watches=_read_int(proc_sys / "fs/inotify/max_user_watches") or 0,
         conntrack_max=_read_int(proc_sys / "net/netfilter/nf_conntrack_max"),
         conntrack_hashsize=_read_int(root / "sys/module/nf_conntrack/parameters/hashsize"),
-        br_netfilter=(root / "sys/module/br_netfilter").exists(),
+        bridge_nf_call_iptables=_read_int(proc_sys / "net/bridge/bridge-nf-call-iptables"),
         cpus=online_cpus(root),
         mem_available_mb=_mem_available_mb(root / "proc/meminfo"),
         disk_free_gb=usage.free / 1e9,

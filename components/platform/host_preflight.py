@@ -45,6 +45,9 @@ def preflight_command(plan: HostPlan, python: str | None = None) -> str:
         "--workers",
         str(plan.sizing.workers),
         *(a for version in plan.kube_proxy_versions for a in ("--kube-proxy-version", version)),
+        # kubectl's skew is checked against every API server it will talk to.
+        *(a for name, v in plan.tenant_versions for a in ("--tenant-version", f"{name}={v}")),
+        *(["--management-version", plan.management_version] if plan.management_version else []),
         "--network",
         plan.network_name,
         "--subnet",

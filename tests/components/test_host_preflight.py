@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import textwrap
 from dataclasses import replace
@@ -29,15 +30,18 @@ def test_the_command_line_carries_the_whole_plan():
     assert preflight_command(plan, python="/opt/lab venv/python") == (
         "'/opt/lab venv/python' -m preflight --tenants 2 --workers 2 "
         "--kube-proxy-version v1.35.0 --kube-proxy-version v1.36.0 "
+        "--tenant-version tenant-a=v1.35.0 --tenant-version tenant-b=v1.35.0 "
+        "--management-version v1.35.0 "
         "--network kamaji-hami-lab --subnet 172.30.0.0/16 --kind-cluster --kamaji-charts"
     )
-    argv = preflight_command(plan, python="py").split()[3:]
-    parsed = cli._parser().parse_args(argv)
-    assert (parsed.tenants, parsed.workers, parsed.kube_proxy_version) == (
-        2,
-        2,
-        ["v1.35.0", "v1.36.0"],
-    )
+    # What the command's run rebuilds from its flags is the plan itself, field by field.
+    for each in (
+        plan,
+        replace(plan, management_version=None, kind_cluster=False, kamaji_charts=False),
+        replace(plan, tenant_versions=(("a", "v1.34.0"), ("b", "v1.36.1"))),
+    ):
+        argv = shlex.split(preflight_command(each, python="py"))[3:]
+        assert cli._flags_plan(cli._parser().parse_args(argv))[0] == each
 
 
 @pytest.mark.upstream("pulumi-command-update-previous-stdout")
@@ -74,6 +78,8 @@ def test_the_program_registers_an_update_path_and_no_replacing_triggers():
     assert check.inputs["update"].endswith('--previous "${PULUMI_COMMAND_STDOUT:-}"')
     assert check.inputs["create"].split(" -m ")[1] == (
         "preflight --tenants 2 --workers 2 --kube-proxy-version v1.35.0 "
+        "--tenant-version tenant-a=v1.35.0 --tenant-version tenant-b=v1.35.0 "
+        "--management-version v1.35.0 "
         "--network kamaji-hami-lab --subnet 172.30.0.0/16 --kind-cluster --kamaji-charts"
     )
     assert "triggers" not in check.inputs

@@ -37,7 +37,28 @@ def test_host_plan_counts_only_what_runs_on_this_host():
         kind_cluster=True,
         network_name="kamaji-hami-lab",
         subnet="172.30.0.0/16",
+        # kubectl on this host talks to every tenant, the remote one too, and to kind's cluster.
+        tenant_versions=(("a", "v1.35.0"), ("b", "v1.36.0"), ("c", "v1.34.0")),
+        management_version="v1.35.0",
     )
+    assert plan.api_servers == (
+        ("kind management cluster", "v1.35.0"),
+        ("tenant a", "v1.35.0"),
+        ("tenant b", "v1.36.0"),
+        ("tenant c", "v1.34.0"),
+    )
+
+
+def test_the_management_version_is_the_kind_node_image_s_and_only_with_kind():
+    """kubectl's skew is checked against the cluster kind creates from the pinned node image;
+    an existing management cluster's version is not known to the plan."""
+    config = {**lab_stack_config(), "managementNodeImage": IMAGE_136}
+    assert host_plan(parse_config(config)).management_version == "v1.36.1"
+    existing = {**lab_stack_config(), "managementMode": "existing"}
+    existing["managementStack"] = "org/kamaji-hami-lab/lab"
+    plan = host_plan(parse_config(existing))
+    assert plan.management_version is None
+    assert plan.api_servers == (("tenant tenant-a", "v1.35.0"), ("tenant tenant-b", "v1.35.0"))
 
 
 def test_nothing_on_this_host_means_no_plan():

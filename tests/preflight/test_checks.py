@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 import pytest
@@ -15,6 +16,7 @@ from preflight.checks import (
     check_host,
     conntrack_findings,
     kube_proxy_conntrack_max,
+    kubectl_skew_findings,
     report,
     subnet_clashes,
 )
@@ -46,7 +48,12 @@ def test_a_good_host_passes_everything():
             "inotify watches",
             "sudo sysctl -w fs.inotify.max_user_watches=524288",
         ),
-        ({"br_netfilter": False}, "br_netfilter", "sudo modprobe br_netfilter"),
+        ({"bridge_nf_call_iptables": None}, "br_netfilter", "sudo modprobe br_netfilter"),
+        (
+            {"bridge_nf_call_iptables": 0},
+            "br_netfilter",
+            "sudo sysctl -w net.bridge.bridge-nf-call-iptables=1",
+        ),
         ({"mem_available_mb": 2000}, "memory", "free memory or configure fewer tenants/workers"),
         ({"cpus": 2, "conntrack_max": 131072}, "CPUs", "give the host more CPUs"),
         ({"disk_free_gb": 3.0}, "disk", "free space under Docker's data root"),
@@ -348,3 +355,171 @@ def test_one_parser_names_a_kubernetes_minor(version: str, minor: tuple[int, int
     assert not hasattr(config, "_minor") and not hasattr(preflight, "_minor")
     assert kube_proxy_conntrack_max("1.36.0", 40) == kube_proxy_conntrack_max("v1.36.0", 40)
     assert preflight.CONNTRACK_CAP_VERSION == "v1.36"
+
+
+@pytest.mark.upstream("kubeadm-judged-br-netfilter-by-its-sysctl", "br-netfilter-is-its-sysctl")
+def test_br_netfilter_passes_when_its_sysctl_reads_1_and_says_how_otherwise():
+    """Issue 17 (1): built in or a module, what counts is bridge-nf-call-iptables = 1 (kubeadm's
+    FileContentCheck). Missing: load the module, now and at boot; 0: set it, now and at boot."""
+    assert "br_netfilter" not in failed(replace(GOOD, bridge_nf_call_iptables=1))
+    assert details(GOOD)["br_netfilter"] == "bridge-nf-call-iptables = 1"
+    assert failed(replace(GOOD, bridge_nf_call_iptables=None)) == {
+        "br_netfilter": (
+            "sudo modprobe br_netfilter",
+            "echo br_netfilter | sudo tee /etc/modules-load.d/kamaji-hami-lab-br_netfilter.conf",
+        )
+    }
+    assert failed(replace(GOOD, bridge_nf_call_iptables=0)) == {
+        "br_netfilter": (
+            "sudo sysctl -w net.bridge.bridge-nf-call-iptables=1",
+            "echo net.bridge.bridge-nf-call-iptables=1 | "
+            "sudo tee /etc/sysctl.d/90-kamaji-hami-lab-bridge-nf.conf",
+        )
+    }
+    missing = details(replace(GOOD, bridge_nf_call_iptables=None))["br_netfilter"]
+    assert missing.startswith("/proc/sys/net/bridge/bridge-nf-call-iptables missing")
+
+
+SYSCTL_W = re.compile(r"sudo sysctl -w (\S+)=(\S+)")
+MODPROBE = re.compile(r"sudo modprobe (\S+)")
+MODULE_PARAMETER = re.compile(r"/sys/module/(\w+)/parameters/(\w+)")
+TEE = re.compile(r"echo '?(.+?)'? \| sudo tee (\S+)")
+
+
+def test_every_sysctl_and_module_fix_is_persisted():
+    """Issue 17 (9): `sysctl -w` and `modprobe` are lost at reboot. Every such fix line comes
+    with the same setting written under /etc/sysctl.d (modules: /etc/modules-load.d), and no
+    two fixes write different lines to one file (a later `tee` would erase the earlier one)."""
+    worst = replace(
+        GOOD,
+        inotify_instances=128,
+        inotify_watches=8192,
+        conntrack_max=65536,
+        conntrack_hashsize=1024,
+        bridge_nf_call_iptables=0,
+    )
+    unloaded = replace(
+        worst, conntrack_max=None, conntrack_hashsize=None, bridge_nf_call_iptables=None
+    )
+    written: dict[str, set[str]] = {}
+    # systemd-sysctl, systemd-modules-load and modprobe read only *.conf files there.
+    persisted = re.compile(r"/etc/(sysctl|modules-load|modprobe)\.d/[^/]+\.conf")
+    settings, modules = set(), set()
+    for host in (worst, unloaded):
+        for fix in failed(host).values():
+            tees = [m.groups() for line in fix if (m := TEE.fullmatch(line))]
+            for text, path in tees:
+                written.setdefault(path, set()).add(text)
+            for text, path in tees:
+                if m := MODULE_PARAMETER.fullmatch(path):  # a module parameter set at runtime
+                    assert any(
+                        t == f"options {m[1]} {m[2]}={text}" and p.startswith("/etc/modprobe.d/")
+                        for t, p in tees
+                    ), path
+            for line in fix:
+                if m := SYSCTL_W.fullmatch(line):
+                    settings.add(m[1])
+                    assert any(
+                        t == f"{m[1]}={m[2]}" and p.startswith("/etc/sysctl.d/") for t, p in tees
+                    ), line
+                if m := MODPROBE.fullmatch(line):
+                    modules.add(m[1])
+                    assert any(
+                        t == m[1] and p.startswith("/etc/modules-load.d/") for t, p in tees
+                    ), line
+    assert settings == {
+        "fs.inotify.max_user_instances",
+        "fs.inotify.max_user_watches",
+        "net.netfilter.nf_conntrack_max",
+        "net.bridge.bridge-nf-call-iptables",
+    }
+    assert modules == {"nf_conntrack", "br_netfilter"}
+    assert {path: texts for path, texts in written.items() if len(texts) > 1} == {}
+    runtime = [p for p in written if MODULE_PARAMETER.fullmatch(p)]
+    assert runtime == ["/sys/module/nf_conntrack/parameters/hashsize"]
+    assert [p for p in written if not persisted.fullmatch(p) and p not in runtime] == []
+
+
+KUBECTL_FIX = (
+    "install kubectl v1.35.0 (v1.34 to v1.36 fit every API server): curl -LO "
+    "https://dl.k8s.io/release/v1.35.0/bin/linux/amd64/kubectl && sudo install -m 0755 kubectl "
+    "/usr/local/bin/kubectl (other platforms: https://kubernetes.io/docs/tasks/tools/)"
+)
+
+
+@pytest.mark.upstream("kubectl-skew-one-minor", "kubectl-version-client-line")
+@pytest.mark.parametrize(
+    ("line", "ok"),
+    [
+        ("Client Version: v1.35.0", True),
+        ("Client Version: v1.34.7", True),
+        ("Client Version: v1.36.1", True),
+        ("Client Version: v1.32.4-dispatcher", False),  # the issue's host, against v1.35
+        ("Client Version: v1.33.9", False),
+        ("Client Version: v1.37.0", False),
+        (
+            'Client Version: version.Info{Major:"1", Minor:"34", GitVersion:"v1.34.2", '
+            'GoVersion:"go1.24.9"}',
+            True,
+        ),  # kubectl < v1.28 printed the struct
+        (
+            'Client Version: version.Info{Major:"1", Minor:"27", GitVersion:"v1.27.3", '
+            'GoVersion:"go1.20.5"}',
+            False,
+        ),
+    ],
+)
+def test_kubectl_must_be_within_one_minor_of_every_api_server(line, ok):
+    """Issue 17 (9): kubectl is supported within one minor of kube-apiserver; the lab's plan
+    has two v1.35.0 tenants and a v1.35.0 kind cluster."""
+    fixes = failed(replace(GOOD, tools={**GOOD.tools, "kubectl": line}))
+    assert fixes == ({} if ok else {"kubectl version": (KUBECTL_FIX,)})
+
+
+@pytest.mark.upstream("kubectl-skew-one-minor")
+def test_the_kubectl_finding_names_every_api_server_out_of_skew():
+    """Each tenant and the kind cluster is checked on its own: one old tenant is enough."""
+    servers = [
+        ("kind management cluster", "v1.35.0"),
+        ("tenant a", "v1.35.0"),
+        ("tenant b", "v1.33.2"),
+    ]
+    (finding,) = kubectl_skew_findings("Client Version: v1.35.4", servers)
+    assert not finding.ok
+    assert finding.detail == (
+        "v1.35.4 is more than one minor from tenant b v1.33.2 "
+        "(kubectl is supported within one minor of kube-apiserver)"
+    )
+    assert finding.fix[0].startswith("install kubectl v1.34.0 (only v1.34 fits every API server)")
+    (old,) = kubectl_skew_findings("Client Version: v1.32.4-dispatcher", servers)
+    assert "from kind management cluster v1.35.0, tenant a v1.35.0 (" in old.detail
+    assert "tenant b" not in old.detail  # v1.33 is within one minor of v1.32
+    # The newest server version that fits them all, so the release exists.
+    (newer,) = kubectl_skew_findings(
+        "Client Version: v1.31.0", [("t", "v1.36.2"), ("u", "v1.35.1")]
+    )
+    assert newer.fix[0].startswith("install kubectl v1.36.2 (v1.35 to v1.36 fit every API server)")
+    (apart,) = kubectl_skew_findings(
+        "Client Version: v1.35.0", [("t", "v1.31.0"), ("u", "v1.35.0")]
+    )
+    assert apart.fix == (
+        "no kubectl is within one minor of every API server (v1.31.0, v1.35.0): give the tenants "
+        "(and the kind node image) versions at most 2 minors apart",
+    )
+    assert kubectl_skew_findings(None, servers) == []  # missing: the tools check says so
+    (unreadable,) = kubectl_skew_findings("kubectl", servers)
+    assert not unreadable.ok and unreadable.detail == "no version in 'kubectl'"
+
+
+def test_without_kind_the_management_cluster_is_not_checked():
+    """An existing management cluster's version is unknown; the tenants still are checked."""
+    joined = replace(PLAN, kind_cluster=False, management_version=None)
+    tools = {**GOOD.tools, "kubectl": "Client Version: v1.36.0"}
+    host = replace(GOOD, tools=tools)
+    assert failed(host, joined) == {}
+    assert (
+        "kind management cluster"
+        in details(replace(host, tools={**tools, "kubectl": "Client Version: v1.33.0"}))[
+            "kubectl version"
+        ]
+    )

@@ -101,8 +101,22 @@ def test_main_says_what_pulumi_said_when_it_cannot_read_the_stack(capsys):
     )
 
 
+def test_main_names_the_missing_pulumi_and_how_to_install_it(tmp_path, monkeypatch, capsys):
+    """Issue 17 (9): without pulumi on PATH it said `cannot read stack lab: not on PATH`. The
+    real subprocess call, on a PATH that holds no pulumi, names it and its installer."""
+    monkeypatch.setattr(cli, "read_host_facts", lambda run: pytest.fail("read the host"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert cli.main(["--stack", "lab"]) == 1
+    assert capsys.readouterr().err == (
+        "preflight: cannot read stack lab: pulumi is not on PATH; "
+        "install the Pulumi CLI: curl -fsSL https://get.pulumi.com | sh\n"
+    )
+
+
 def test_main_exits_non_zero_and_prints_fixes(monkeypatch, capsys):
-    monkeypatch.setattr(cli, "read_host_facts", lambda run: replace(GOOD, br_netfilter=False))
+    monkeypatch.setattr(
+        cli, "read_host_facts", lambda run: replace(GOOD, bridge_nf_call_iptables=None)
+    )
     argv = ["--tenants", "2", "--workers", "2", "--kube-proxy-version", "v1.35.0"]
     assert cli.main(argv) == 1
     out = capsys.readouterr()
@@ -110,3 +124,19 @@ def test_main_exits_non_zero_and_prints_fixes(monkeypatch, capsys):
     assert (
         out.out == ""
     )  # a failed run leaves no record: the next update compares to the last good one
+
+
+def test_main_checks_kubectl_against_the_versions_on_its_command_line(monkeypatch, capsys):
+    """Issue 17 (9): the HostPreflight command passes every API server's version."""
+    old = {**GOOD.tools, "kubectl": "Client Version: v1.32.4-dispatcher"}
+    monkeypatch.setattr(cli, "read_host_facts", lambda run: replace(GOOD, tools=old))
+    argv = ["--tenants", "1", "--workers", "1", "--kube-proxy-version", "v1.35.0"]
+    argv += ["--tenant-version", "tenant-a=v1.35.0", "--management-version", "v1.33.1"]
+    assert cli.main(argv) == 1
+    err = capsys.readouterr().err
+    assert (
+        "FAIL kubectl version    v1.32.4 is more than one minor from tenant tenant-a v1.35.0 ("
+    ) in err
+    assert "install kubectl v1.34.0 (only v1.34 fits every API server)" in err
+    with pytest.raises(SystemExit):
+        cli._parser().parse_args(["--tenant-version", "v1.35.0"])  # no NAME=

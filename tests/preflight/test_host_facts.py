@@ -15,6 +15,7 @@ from preflight.host_facts import (
     DockerNetwork,
     Route,
     docker_disk_path,
+    error_text,
     online_cpus,
     parse_cpu_list,
     read_docker,
@@ -70,10 +71,10 @@ def test_reads_the_host_from_proc_and_sys(tmp_path: Path, monkeypatch):
     write(tmp_path, "proc/sys/net/netfilter/nf_conntrack_max", "262144\n")
     write(tmp_path, "sys/module/nf_conntrack/parameters/hashsize", "65536\n")
     write(tmp_path, "proc/meminfo", "MemTotal: 16000000 kB\nMemAvailable: 8192000 kB\n")
-    (tmp_path / "sys/module/br_netfilter").mkdir(parents=True)
+    write(tmp_path, "proc/sys/net/bridge/bridge-nf-call-iptables", "1\n")
     monkeypatch.setattr("shutil.which", lambda tool: f"/usr/bin/{tool}")
     facts = read_host_facts(FakeHost(ANSWERS), tmp_path, disk_path=str(tmp_path))
-    assert facts.cgroup_v2 and facts.br_netfilter
+    assert facts.cgroup_v2 and facts.bridge_nf_call_iptables == 1
     assert (facts.inotify_instances, facts.inotify_watches) == (1024, 524288)
     assert (facts.conntrack_max, facts.conntrack_hashsize) == (262144, 65536)
     assert facts.mem_available_mb == 8000
@@ -124,4 +125,42 @@ def test_nf_conntrack_not_loaded_reads_as_none(tmp_path: Path, monkeypatch):
     monkeypatch.setattr("shutil.which", lambda tool: None)
     facts = read_host_facts(FakeHost(ANSWERS), tmp_path, disk_path=str(tmp_path))
     assert (facts.conntrack_max, facts.conntrack_hashsize) == (None, None)
+    assert facts.bridge_nf_call_iptables is None  # no /proc/sys/net/bridge: not loaded
     assert facts.tools == dict.fromkeys(("kind", "kubectl", "curl", "git", "helm"))
+
+
+@pytest.mark.upstream("br-netfilter-is-its-sysctl")
+@pytest.mark.parametrize(
+    ("module_dir", "sysctl", "read"),
+    [
+        (False, "1\n", 1),  # CONFIG_BRIDGE_NETFILTER=y, as on the issue's host: no /sys/module
+        (True, "1\n", 1),  # loaded as a module
+        (True, "0\n", 0),  # loaded, but bridged traffic bypasses iptables
+        (True, None, None),  # a stale or unrelated /sys/module entry proves nothing
+        (False, None, None),  # neither
+    ],
+)
+def test_br_netfilter_is_read_from_its_sysctl_not_sys_module(
+    tmp_path: Path, monkeypatch, module_dir: bool, sysctl: str | None, read: int | None
+):
+    """Issue 17 (1): a kernel with br_netfilter built in has bridge-nf-call-iptables = 1 and no
+    /sys/module/br_netfilter; the preflight refused it. What counts is the sysctl, as kubeadm's
+    own preflight judged it: it exists and reads 1."""
+    monkeypatch.setattr("shutil.which", lambda tool: None)
+    if module_dir:
+        (tmp_path / "sys/module/br_netfilter").mkdir(parents=True)
+    if sysctl is not None:
+        write(tmp_path, "proc/sys/net/bridge/bridge-nf-call-iptables", sysctl)
+    facts = read_host_facts(FakeHost(ANSWERS), tmp_path, disk_path=str(tmp_path))
+    assert facts.bridge_nf_call_iptables == read
+
+
+def test_a_missing_program_is_named():
+    """Issue 17 (9): subprocess names the program it could not start; so does the detail."""
+    try:
+        subprocess.run(["kamaji-hami-lab-no-such-tool"], check=True)
+    except FileNotFoundError as error:
+        assert error_text(error) == "kamaji-hami-lab-no-such-tool is not on PATH"
+    else:
+        pytest.fail("the made-up program ran")
+    assert error_text(FileNotFoundError("docker")) == "not on PATH"  # no filename: no name

@@ -9,10 +9,13 @@ script did is observable:
   filesystem; `docker exec` really runs the command inside that root (paths under `/etc/` are
   mapped into it), so `umask`, `test -f` and `cat >` behave as in a container;
 - a tenant API server (`kubectl`, `kubeadm token create`): nodes with labels, an admin kubeconfig
-  that must match, reachable or not, bootstrap tokens refused a number of times, a join that fails;
+  that must match, reachable or not, bootstrap tokens refused a number of times, the join
+  command `--print-join-command` prints (JOIN_COMMAND unless set), a join that fails;
   each authenticated call logs an `auth` entry with the kubeconfig file it used and its mode;
-- `kubeadm join` registers the node the way the kubelet does, with the labels of
-  `KUBELET_EXTRA_ARGS=--node-labels=...` in the node's `/etc/default/kubelet`;
+- `kubeadm join --config` reads the v1beta4 JoinConfiguration (kept for the tests), refuses
+  the flags kubeadm refuses beside it, writes `kubeletExtraArgs` to the node's
+  `/var/lib/kubelet/kubeadm-flags.env` and registers the node the way the kubelet does, with
+  the labels of every `--node-labels` there and in `/etc/default/kubelet`;
 - kind: clusters whose control-plane container lands in the docker state; it writes its
   kubeconfig where `--kubeconfig` says, else to `$HOME/.kube/config`, as kind does;
 - a remote GPU host (`run_remote`): the script runs as the SSH user would, with `/etc/` mapped
@@ -53,6 +56,7 @@ JOIN_COMMAND = (
     "--discovery-token-ca-cert-hash sha256:" + "0" * 64
 )
 CONTAINERD_SOCKET = "unix:///run/containerd/containerd.sock"
+V1BETA4 = "kubeadm.k8s.io/v1beta4"
 SYSTEMD_LOG = "[  OK  ] Reached target multi-user.target - Multi-User System.\n"
 # What `containerd config default` prints around the runc options, as each release lays it out:
 # 1.x writes config version 2; 2.x version 3, whose runc options lack `SystemdCgroup` until
@@ -336,36 +340,93 @@ def kubeadm(state: State, args: list[str]) -> int:
         denied = tenant_auth(state, args)
         if denied is not None:
             return denied
-        if state.counter("token") < state.load("tenant", {}).get("token_failures", 0):
+        tenant = state.load("tenant", {})
+        if state.counter("token") < tenant.get("token_failures", 0):
             return fail("failed to create or update bootstrap token: secrets is forbidden")
-        print(JOIN_COMMAND)
+        print(tenant.get("join_command", JOIN_COMMAND))
         return 0
-    two_runtimes = len(host.get("cri_sockets", [CONTAINERD_SOCKET])) > 1
-    if args[0] in ("join", "reset") and two_runtimes and option(args, "--cri-socket") is None:
-        return fail(
-            "found multiple CRI endpoints on the host. Please define which one do you wish to "
-            "use by setting the 'criSocket' field in the kubeadm configuration file: "
-            + ", ".join(host["cri_sockets"])
-        )
     if args[0] == "join":
-        return kubeadm_join(state, root, args)
+        return kubeadm_join(state, root, host, args)
     if args[0] == "reset":
+        refused = no_cri_socket_among_several(host, option(args, "--cri-socket"))
+        if refused:
+            return refused
         if host.get("reset_fails"):
             return fail("[reset] failed to remove containers: rpc error: code = Unavailable")
         (root / "etc/kubernetes/kubelet.conf").unlink(missing_ok=True)
+        shutil.rmtree(root / "var/lib/kubelet", ignore_errors=True)  # its contents, in kubeadm
         return 0
     return fail(f"fake kubeadm: unsupported command {args!r}", 2)
 
 
-def kubeadm_join(state: State, root: Path, args: list[str]) -> int:
+def no_cri_socket_among_several(host: dict[str, Any], socket: str | None) -> int:
+    """kubeadm's refusal to guess among several CRI endpoints (1), or 0."""
+    if socket or len(host.get("cri_sockets", [CONTAINERD_SOCKET])) < 2:
+        return 0
+    return fail(
+        "found multiple CRI endpoints on the host. Please define which one do you wish to "
+        "use by setting the 'criSocket' field in the kubeadm configuration file: "
+        + ", ".join(host["cri_sockets"])
+    )
+
+
+# The flags kubeadm accepts beside --config (its validation.go, isAllowedFlag), as far as used.
+FLAGS_WITH_CONFIG = ("config", "ignore-preflight-errors", "dry-run", "kubeconfig", "node-name", "v")
+
+
+def kubeadm_join(state: State, root: Path, host: dict[str, Any], args: list[str]) -> int:
+    """`kubeadm join --config FILE`, the only join the lab runs: the v1beta4 file holds all."""
+    import site  # the wrappers start Python with -S (faster); the config needs PyYAML
+
+    site.main()
+    import yaml
+
+    path = option(args, "--config")
+    if path is None:
+        return fail(f"fake kubeadm: the lab joins with --config only: {args!r}")
+    flags = [a[2:].split("=")[0] for a in args if a.startswith("--")]
+    mixed = [f for f in flags if f not in FLAGS_WITH_CONFIG and not f.startswith("skip-")]
+    if mixed:
+        return fail(f"can not mix '--config' with arguments {mixed}")
+    mode = stat.S_IMODE(Path(path).stat().st_mode)
+    record(state, "join-config", [f"{path} mode={mode:o}"])
+    config = yaml.safe_load(Path(path).read_text())
+    state.save("join-configurations", [*state.load("join-configurations", []), config])
+    if (config.get("apiVersion"), config.get("kind")) != (V1BETA4, "JoinConfiguration"):
+        return fail(f"fake kubeadm: not a {V1BETA4} JoinConfiguration: {config!r}")
+    registration = config.get("nodeRegistration") or {}
+    extra_args = registration.get("kubeletExtraArgs") or []
+    if not isinstance(extra_args, list):  # v1beta3's map, which strict decoding refuses
+        return fail(
+            "json: cannot unmarshal object into Go struct field "
+            "NodeRegistrationOptions.nodeRegistration.kubeletExtraArgs of type []v1beta4.Arg"
+        )
+    refused = no_cri_socket_among_several(host, registration.get("criSocket"))
+    if refused:
+        return refused
     if state.load("tenant", {}).get("join_fails"):
         return fail("error execution phase kubelet-start: timed out waiting for the condition")
-    if " ".join(args[:5]) != " ".join(JOIN_COMMAND.split()[1:6]):
-        return fail(f"fake kubeadm: join with an unknown token or endpoint: {args!r}")
-    config = root / "etc/containerd/config.toml"
-    if config.exists() and ('"cri"' in config.read_text() or "'cri'" in config.read_text()):
+    words = state.load("tenant", {}).get("join_command", JOIN_COMMAND).split()
+    wanted = {
+        "apiServerEndpoint": words[2],
+        "token": words[4],
+        "caCertHashes": [
+            w for w, flag in zip(words[1:], words[:-1], strict=True) if flag.endswith("-hash")
+        ],
+    }
+    if (config.get("discovery") or {}).get("bootstrapToken") != wanted:
+        return fail(f"fake kubeadm: join with an unknown token or endpoint: {config!r}")
+    containerd_config = root / "etc/containerd/config.toml"
+    if containerd_config.exists() and (
+        '"cri"' in containerd_config.read_text() or "'cri'" in containerd_config.read_text()
+    ):
         return fail("[ERROR CRI]: container runtime is not running: unknown service RuntimeService")
-    node_name = option(args, "--node-name") or os.environ["FAKE_HOSTNAME"]
+    node_name = registration.get("name") or os.environ["FAKE_HOSTNAME"]
+    # kubeadm's kubelet-start phase: the extra arguments, in the order given, as a flags file.
+    flags_file = root / "var/lib/kubelet/kubeadm-flags.env"
+    flags_file.parent.mkdir(parents=True, exist_ok=True)
+    line = " ".join(f"--{arg['name']}={arg['value']}" for arg in extra_args)
+    flags_file.write_text(f"KUBELET_KUBEADM_ARGS={json.dumps(line)}\n")
     (root / "etc/kubernetes").mkdir(parents=True, exist_ok=True)
     (root / "etc/kubernetes/kubelet.conf").write_text("kubelet credentials\n")
     tenant = state.load("tenant", {})
@@ -375,20 +436,25 @@ def kubeadm_join(state: State, root: Path, args: list[str]) -> int:
 
 
 def registered_labels(root: Path) -> dict[str, str]:
-    """What the kubelet registers: the --node-labels of KUBELET_EXTRA_ARGS in /etc/default/kubelet.
+    """What the kubelet registers: every --node-labels of its command line, in order.
 
-    systemd reads the file as EnvironmentFile= (quotes removed) and splits the unbraced
-    `$KUBELET_EXTRA_ARGS` of the drop-in's ExecStart= into words at whitespace.
+    kubeadm's drop-in starts it with `$KUBELET_KUBEADM_ARGS` (EnvironmentFile
+    /var/lib/kubelet/kubeadm-flags.env, written by `kubeadm join`) then `$KUBELET_EXTRA_ARGS`
+    (/etc/default/kubelet); systemd removes the quotes and splits the values at whitespace.
+    Each --node-labels adds its pairs to the ones before; an empty one adds none.
     """
-    path = root / "etc/default/kubelet"
+    sources = (
+        ("var/lib/kubelet/kubeadm-flags.env", "KUBELET_KUBEADM_ARGS="),
+        ("etc/default/kubelet", "KUBELET_EXTRA_ARGS="),
+    )
     labels: dict[str, str] = {}
-    if not path.exists():
-        return labels
-    for line in path.read_text().splitlines():
-        if line.startswith("KUBELET_EXTRA_ARGS="):
+    for name, variable in sources:
+        path = root / name
+        lines = path.read_text().splitlines() if path.exists() else []
+        for line in (line for line in lines if line.startswith(variable)):
             for arg in " ".join(shlex.split(line.split("=", 1)[1])).split():
                 if arg.startswith("--node-labels="):
-                    for pair in arg.split("=", 1)[1].split(","):
+                    for pair in filter(None, arg.split("=", 1)[1].split(",")):
                         key, _, value = pair.partition("=")
                         labels[key] = value
     return labels
@@ -650,6 +716,10 @@ class FakeHost:
 
     def tenant_nodes(self) -> dict[str, dict[str, str]]:
         return self.state.load("tenant", {})["nodes"]
+
+    def join_configurations(self) -> list[dict[str, Any]]:
+        """The config file of each `kubeadm join --config`, as kubeadm read it."""
+        return self.state.load("join-configurations", [])
 
     def set_tenant(self, **fields: Any) -> None:
         tenant = self.state.load("tenant", {})

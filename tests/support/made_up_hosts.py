@@ -25,7 +25,7 @@ GOOD = HostFacts(
     inotify_watches=524288,
     conntrack_max=131072,  # kube-proxy's target on 4 CPUs
     conntrack_hashsize=262144,
-    br_netfilter=True,
+    bridge_nf_call_iptables=1,
     cpus=4,
     mem_available_mb=7000,
     disk_free_gb=60.0,
@@ -51,6 +51,8 @@ PLAN = HostPlan(
     kind_cluster=True,
     network_name="kamaji-hami-lab",
     subnet="172.30.0.0/16",
+    tenant_versions=(("tenant-a", "v1.35.0"), ("tenant-b", "v1.35.0")),
+    management_version="v1.35.0",
 )
 
 
