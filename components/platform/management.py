@@ -8,6 +8,7 @@ import pulumi
 import pulumi_command as command
 import pulumi_kubernetes as k8s
 
+from builders.kubeconfig import checked_kubeconfig
 from builders.scripts import kind_cluster_config, kind_create_script, kind_delete_script
 from labconfig.model import ProxyConfig
 
@@ -95,7 +96,17 @@ class ManagementCluster(pulumi.ComponentResource):
                 delete_before_replace=True,
             ),
         )
-        self.kubeconfig = pulumi.Output.secret(self.cluster.stdout)
+        # Checked once known: an empty stdout would leave the provider to the user's kubeconfig.
+        self.kubeconfig = pulumi.Output.secret(
+            self.cluster.stdout.apply(
+                lambda stdout: checked_kubeconfig(
+                    stdout,
+                    f"the kubeconfig of kind cluster {args.cluster_name} "
+                    "(stdout of its create script)",
+                    fix=f"see `kind get kubeconfig --name {args.cluster_name}`",
+                )
+            )
+        )
         self.context = f"kind-{args.cluster_name}"
         # Derived from the Command's ID, so the identifier depends on the cluster: when the
         # engine plans the delete-before-replace it treats it as unknown, which makes the
@@ -159,10 +170,20 @@ class ExistingManagementCluster(pulumi.ComponentResource):
                 f"{name}-stack", stack_name=args.stack, opts=pulumi.ResourceOptions(parent=self)
             )
             source = self.reference.get_output("managementKubeconfig").apply(
-                lambda kubeconfig: _referenced_kubeconfig(args.stack, kubeconfig)
+                lambda kubeconfig: checked_kubeconfig(
+                    _referenced_kubeconfig(args.stack, kubeconfig),
+                    f"managementKubeconfig output of stack {args.stack}",
+                )
             )
         else:
-            source = args.kubeconfig
+            source = pulumi.Output.from_input(args.kubeconfig).apply(
+                lambda kubeconfig: checked_kubeconfig(
+                    kubeconfig,
+                    "managementKubeconfig (secret config)",
+                    fix="Set the file's contents, not its path: "
+                    "pulumi config set --secret managementKubeconfig < FILE",
+                )
+            )
         self.kubeconfig = pulumi.Output.secret(source)
         self.context = args.context
         self.identity = pulumi.Output.from_input(args.context)

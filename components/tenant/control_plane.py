@@ -21,6 +21,7 @@ from builders.control_plane import (
     READY_TIMEOUT_SECONDS,
     tenant_control_plane_manifest,
 )
+from builders.kubeconfig import checked_kubeconfig
 from builders.scripts import api_server_healthz_wait_script, control_plane_admission_wait_script
 from labconfig.model import TenantConfig
 
@@ -44,11 +45,21 @@ def admin_kubeconfig_secret_id(
     )
 
 
-def decode_kubeconfig(data: dict[str, str] | None) -> str:
-    """`admin.conf` targets the public LoadBalancer endpoint, reachable from host and workers."""
-    if not data or "admin.conf" not in data:
-        return ""
-    return base64.b64decode(data["admin.conf"]).decode()
+def decode_kubeconfig(tenant_name: str, data: dict[str, str] | None) -> str:
+    """`admin.conf` targets the public LoadBalancer endpoint, reachable from host and workers.
+
+    Missing or unusable, it stops the program (UnusableKubeconfig, a RunError): an empty
+    kubeconfig would point the tenant provider, and all it installs, at the user's own cluster.
+    """
+    encoded = (data or {}).get("admin.conf")
+    text = None if encoded is None else base64.b64decode(encoded).decode()
+    secret = f"{tenant_name}/{admin_kubeconfig_secret_name(tenant_name)}"
+    return checked_kubeconfig(
+        text,
+        f"tenant {tenant_name}: admin.conf of Secret {secret}",
+        fix=f"Kamaji writes it; see `kubectl -n {tenant_name} describe tenantcontrolplane "
+        f"{tenant_name}` on the management cluster",
+    )
 
 
 def control_plane_identity(tenant_name: str, address: str, api_ready_id: str) -> str:
@@ -130,7 +141,9 @@ class Tenant(pulumi.ComponentResource):
                 on_management, pulumi.ResourceOptions(depends_on=[self.api_ready])
             ),
         )
-        self.kubeconfig = pulumi.Output.secret(admin_secret.data.apply(decode_kubeconfig))
+        self.kubeconfig = pulumi.Output.secret(
+            admin_secret.data.apply(lambda data: decode_kubeconfig(tenant.name, data))
+        )
         # From the gate's ID, so the identifier depends on the control plane: when the engine
         # replaces the control plane (with the management cluster, or on its own) it takes the
         # identifier as unknown, DiffConfig replaces the provider, and everything in the tenant
