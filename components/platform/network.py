@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import subprocess
 from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_docker as docker
 
+from components import host
 from labconfig.addresses import NetworkPlan
 
 # Docker NATs the bridge so nodes reach registries; kind sets the same option on its network.
@@ -26,10 +26,10 @@ def docker_default_bridge_mtu() -> int:
 
     A new user-defined network does not inherit the daemon's MTU, so kind copies it from the
     default bridge; on hosts below 1500 (cloud VMs, VPNs) pulls stall otherwise. Read-only, so
-    it may run in preview like any other program-time read.
+    it may run in preview like any other program-time read (through components/host.py).
     """
     try:
-        result = subprocess.run(
+        result = host.current.run(
             [
                 "docker",
                 "network",
@@ -38,12 +38,9 @@ def docker_default_bridge_mtu() -> int:
                 "-f",
                 '{{ index .Options "com.docker.network.driver.mtu" }}',
             ],
-            capture_output=True,
-            text=True,
             timeout=PROBE_TIMEOUT_SECONDS,
-            check=False,
         )
-    except (OSError, subprocess.TimeoutExpired) as error:
+    except (OSError, host.CommandTimedOut) as error:
         raise MtuProbeFailed(str(error)) from error
     if result.returncode != 0:
         raise MtuProbeFailed(result.stderr.strip() or f"exit code {result.returncode}")

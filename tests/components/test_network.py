@@ -1,4 +1,7 @@
-"""The lab network's MTU, read from Docker's default bridge as kind does (fake docker)."""
+"""The lab network's MTU, read from Docker's default bridge as kind does.
+
+The probe itself runs a fake docker; a program run gets its answer from the harness's MockHost
+(what the default bridge reports, or no daemon), never from the machine's Docker."""
 
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ from components.platform.network import (
 )
 from tests.support.fake_tools import fake_tools, tool_env
 from tests.support.pulumi_harness import (
+    MockHost,
     lab_stack_config,
     run_program,
 )
@@ -22,6 +26,7 @@ from tests.support.pulumi_harness import (
 LAB = lab_stack_config()
 
 
+PROBE_FORMAT = '{{ index .Options "com.docker.network.driver.mtu" }}'
 FAKE_DOCKER = """\
 echo "docker $*" >> "$CALLS"
 [ "$*" = 'network inspect bridge -f {{ index .Options "com.docker.network.driver.mtu" }}' ]
@@ -58,32 +63,29 @@ def test_a_failed_mtu_probe_is_not_taken_for_no_mtu(
 
 @pytest.mark.upstream("kind-network-mtu-from-default-bridge", "docker-network-options-force-new")
 @pytest.mark.parametrize("probe", ["1380", "1500", "fails"])
-def test_a_second_up_never_changes_the_networks_options(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, probe: str
-):
+def test_a_second_up_never_changes_the_networks_options(probe: str):
     """M1 (network MTU): Docker replaces a network on any option change and the replacement
     deletes the kind cluster first. Whatever a later probe says (another MTU, a timeout, no
     daemon), the engine keeps the created options: they are ignore_changes, and kind too
     never touches an existing network."""
-    body = FAKE_DOCKER if probe != "fails" else "sleep 0; exit 1"
-    fake_tools(tmp_path, {"docker": body})
-    for key, value in {**tool_env(tmp_path), "BRIDGE_MTU": probe}.items():
-        monkeypatch.setenv(key, value)
+    host = MockHost(bridge_mtu=None if probe == "fails" else probe)
     for preview in (False, True):
-        network = run_program(LAB, preview=preview).named("lab-network-bridge")
+        network = run_program(LAB, preview=preview, host=host).named("lab-network-bridge")
         assert network.ignore_changes == ["options"]
         assert network.delete_before_replace is True
+    assert len(host.commands) == 2  # the probe ran in both, and nothing else did
 
 
 @pytest.mark.upstream("kind-network-mtu-from-default-bridge")
-def test_lab_network_carries_the_daemon_mtu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def test_lab_network_carries_the_daemon_mtu():
     """m1: as kind creates its own network: masquerade, and the MTU only when it is known."""
     assert bridge_options(0) == {"com.docker.network.bridge.enable_ip_masquerade": "true"}
     assert bridge_options(1450)[MTU_OPTION] == "1450"
-    fake_tools(tmp_path, {"docker": FAKE_DOCKER})
-    for key, value in {**tool_env(tmp_path), "BRIDGE_MTU": "1380"}.items():
-        monkeypatch.setenv(key, value)
-    network = run_program(LAB).named("lab-network-bridge")
+    host = MockHost(bridge_mtu="1380")
+    network = run_program(LAB, host=host).named("lab-network-bridge")
+    assert host.commands == [
+        ["docker", "network", "inspect", "bridge", "-f", PROBE_FORMAT],
+    ]
     assert network.inputs["options"] == {
         "com.docker.network.bridge.enable_ip_masquerade": "true",
         MTU_OPTION: "1380",

@@ -4,6 +4,11 @@ Pulumi's mock monitor sees each RegisterResource request; a subclass keeps what 
 need: type, name, parent, dependencies (explicit and through inputs), provider, inputs, and
 which inputs were sent as secrets. No CLI, no engine, no network.
 
+Every run also plays the machine the program runs on (`MockHost`, in place of
+components/host.py's `current`): Docker's default bridge answers what the test says, Kamaji's
+charts are in a cache of the harness's own, and any other command fails the run. So no run
+reaches the Docker daemon, GitHub or the checkout's cache, whatever the machine has.
+
 A preview can start from a partial state (`existing`): what is not in it is a create, which in
 a real preview has no ID and no computed outputs yet, and a `Resource.get` of an object that is
 not in the cluster fails the way the engine fails it (finding B2).
@@ -12,11 +17,17 @@ not in the cluster fails the way the engine fails it (finding B2).
 from __future__ import annotations
 
 import asyncio
+import atexit
 import base64
+import functools
 import json
 import os
 import runpy
-from collections.abc import Callable, Collection, Iterator
+import shlex
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +36,10 @@ import pulumi
 import yaml
 from google.protobuf import json_format
 from pulumi.runtime import mocks as pulumi_mocks
+
+from components import host as program_host
+from components.platform import kamaji_chart
+from labconfig.kamaji_sources import KAMAJI_SOURCES
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 PROJECT = "kamaji-hami-lab"
@@ -41,6 +56,70 @@ FAKE_KUBECONFIG = yaml.safe_dump(
         "current-context": "c",
     }
 )
+
+
+# What `docker network inspect bridge -f '{{ index .Options "..mtu" }}'` prints when the
+# default bridge sets no MTU (kind then sets none either).
+NO_MTU = "<no value>"
+DOCKER_DOWN = (
+    "Cannot connect to the Docker daemon at unix:///var/run/docker.sock. "
+    "Is the docker daemon running?\n"
+)
+
+
+class UnexpectedHostCommand(AssertionError):
+    """The program ran a command on its host that MockHost does not play."""
+
+
+@functools.cache
+def prepared_cache() -> Path:
+    """The program's cache as on a machine that fetched every pinned Kamaji commit before:
+    one per process, removed at exit."""
+    cache = Path(tempfile.mkdtemp(prefix="kamaji-hami-lab-cache-"))
+    atexit.register(shutil.rmtree, cache, ignore_errors=True)
+    for source in KAMAJI_SOURCES.values():
+        charts = cache / kamaji_chart.CACHE_IN_PROJECT.name / source.commit
+        for chart in ("kamaji", "kamaji-crds"):
+            (charts / chart).mkdir(parents=True)
+        (charts / kamaji_chart.COMPLETE_MARK).touch()
+    return cache
+
+
+def prepared_chart_cache() -> Path:
+    """Where the program finds Kamaji's charts in every run (the releases name this path)."""
+    return prepared_cache() / kamaji_chart.CACHE_IN_PROJECT.name
+
+
+@dataclass
+class MockHost(program_host.Host):
+    """The machine the program runs on, as every run plays it (components/host.py).
+
+    `bridge_mtu` is what Docker's default bridge reports (None: the daemon does not answer);
+    `cache` is the program's cache, by default one holding every pinned Kamaji commit. Any
+    other command raises UnexpectedHostCommand: a chart fetch cannot run here. `which` is the
+    real PATH lookup, which reaches nothing; a test that sets PATH decides what it finds.
+    """
+
+    bridge_mtu: str | None = NO_MTU
+    cache: Path = field(default_factory=prepared_cache)
+    commands: list[list[str]] = field(default_factory=list)
+
+    def run(
+        self, argv: Sequence[str], *, timeout: float, env: Mapping[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        argv = list(argv)
+        self.commands.append(argv)
+        if argv[:4] == ["docker", "network", "inspect", "bridge"]:
+            if self.bridge_mtu is None:
+                return subprocess.CompletedProcess(argv, 1, "", DOCKER_DOWN)
+            return subprocess.CompletedProcess(argv, 0, f"{self.bridge_mtu}\n", "")
+        raise UnexpectedHostCommand(
+            f"the program ran `{shlex.join(argv)[:200]}` on its host under the mocks; "
+            "MockHost (tests/support/pulumi_harness.py) plays only `docker network inspect`"
+        )
+
+    def cache_dir(self) -> Path:
+        return self.cache
 
 
 @dataclass
@@ -334,6 +413,7 @@ def run_program(
     allow_exit: bool = False,
     secret_keys: Collection[str] | None = None,
     automation: bool = False,
+    host: MockHost | None = None,
 ) -> ProgramRun:
     """Runs __main__.py with this stack config and returns what it registered.
 
@@ -342,6 +422,8 @@ def run_program(
 
     `existing` (preview only) names the resources a previous `up` left in the state, or decides
     by name; by default all of them, as in a preview of a lab that is fully up.
+
+    `host` plays the machine (a default MockHost when None): the real one is never asked.
     """
     run = ProgramRun()
     loop = asyncio.new_event_loop()
@@ -349,7 +431,9 @@ def run_program(
     asyncio.set_event_loop(loop)
     old_env = pass_config(config, secret_keys, automation)
     old_cwd = Path.cwd()
+    old_host = program_host.current
     try:
+        program_host.current = host if host is not None else MockHost()
         os.chdir(PROJECT_DIR)
         mocks = LabMocks(preview, _in_state(existing))
         # set_mocks makes a root Stack only when there is none: without this, every run in a
@@ -386,6 +470,7 @@ def run_program(
             return run
         _collect_stack_outputs(run)
     finally:
+        program_host.current = old_host
         os.chdir(old_cwd)
         _restore_env(old_env)
         _cancel_leftover_tasks(loop)
