@@ -1,0 +1,107 @@
+"""Fixtures of the host tier (`.venv/bin/python -m pytest tests/host`): a real Docker Engine.
+
+- ``docker``: the session's daemon (docker_host.py). One that already answers (DOCKER_HOST,
+  else /var/run/docker.sock) is used as it is; else the tier installs docker.io when dockerd
+  is missing and starts its own under ``${XDG_CACHE_HOME:-~/.cache}/kamaji-hami-lab/host/``,
+  stopped by PID at the end of the session, also when it fails. ``LAB_HOST_DOCKER=own``
+  starts the tier's own even when another daemon answers (run it alone: both would use docker0
+  and the same iptables chains). DOCKER_HOST points at it for the whole session, so the
+  program's own `docker` commands reach it too.
+- ``busybox``: a tiny image the tier builds (images.py); no registry is reachable.
+- ``lab_network``: the lab network, created as pulumi-docker's provider creates what the
+  program declares (program.py, tests/support/docker_readback.py), removed at the end.
+- ``tier_cache_dir``: the tier's cache directory.
+
+The hermetic tier's trap (tests/conftest.py) does not apply here: this tier is about the host.
+The session's timings are printed at the end (cold and cached runs differ there).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from docker_host import SESSION_ENV, Docker, start_docker, tier_cache
+from images import busybox_image
+from program import NETWORK_RESOURCE, CreatedNetwork, declared, lab_run
+
+from tests.support.docker_readback import (
+    negotiated_api_version,
+    network_attributes,
+    network_create_request,
+)
+
+TIMINGS: dict[str, float] = {}
+
+
+@pytest.fixture(scope="session")
+def host_trap() -> None:
+    """Overrides the hermetic tier's trap (tests/conftest.py): this tier uses the real host."""
+    return None
+
+
+@pytest.fixture(scope="session")
+def tier_cache_dir() -> Path:
+    path = tier_cache(SESSION_ENV)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@pytest.fixture(scope="session")
+def docker() -> Iterator[Docker]:
+    docker, daemon = start_docker(SESSION_ENV, SESSION_ENV.get("LAB_HOST_DOCKER", "auto"))
+    TIMINGS.update(docker.timings)
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("DOCKER_HOST", docker.host)
+            yield docker
+    finally:
+        if daemon is not None:
+            started = time.monotonic()
+            daemon.stop()
+            TIMINGS["dockerd stop"] = time.monotonic() - started
+
+
+@pytest.fixture(scope="session")
+def busybox(docker: Docker, tier_cache_dir: Path) -> str:
+    started = time.monotonic()
+    tag = busybox_image(docker, tier_cache_dir)
+    TIMINGS["busybox image"] = time.monotonic() - started
+    return tag
+
+
+@pytest.fixture(scope="session")
+def lab_network(docker: Docker) -> Iterator[CreatedNetwork]:
+    inputs = declared(NETWORK_RESOURCE)
+    name = inputs["name"]
+    status, _, found = docker.api("GET", f"/networks/{name}")
+    if status == 200:
+        if not docker.own:  # never remove a network this tier did not make
+            pytest.fail(
+                f"the Docker daemon at {docker.host} already has a network {name!r}: "
+                "`make destroy` the lab there, or run the tier on its own daemon "
+                "(LAB_HOST_DOCKER=own)",
+                pytrace=False,
+            )
+        docker.api("DELETE", f"/networks/{found['Id']}")  # left by an interrupted session
+    version = negotiated_api_version(docker.api_version())
+    request = network_create_request(network_attributes(inputs), version)
+    started = time.monotonic()
+    status, _, body = docker.api("POST", f"/v{version}/networks/create", request)
+    assert status == 201, f"the daemon refused the provider's request ({status}): {body}"
+    TIMINGS["lab network create"] = time.monotonic() - started
+    try:
+        inspect = json.loads(docker.run("network", "inspect", body["Id"]).stdout)[0]
+        yield CreatedNetwork(inputs, request, inspect, lab_run()[1])
+    finally:
+        docker.api("DELETE", f"/networks/{body['Id']}")
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if TIMINGS:
+        terminalreporter.section("host tier timings")
+        for what, seconds in TIMINGS.items():
+            terminalreporter.write_line(f"{what}: {seconds:.1f} s")

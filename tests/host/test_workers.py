@@ -1,0 +1,163 @@
+"""A worker container created on the real daemon exactly as WorkerPool declares it.
+
+The declaration is the program's (`tenant-a-worker-1` of the lab stack); the requests are
+what terraform-provider-docker v4.5.0 makes of it (create, disconnect `bridge`, connect the
+lab network, start; tests/support/docker_readback.py). The image is a STAND-IN: the tier's
+busybox, since no kind node image is built here yet (issue 18, item 2). So this checks what
+Docker stores and what the provider reads back, not systemd, containerd or the leave script.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from docker_host import Docker
+from program import CreatedNetwork, declared, lab_plan
+
+from tests.support.docker_readback import (
+    container_attributes,
+    container_create_request,
+    container_differences,
+    container_state,
+    daemon_security_opts,
+    negotiated_api_version,
+    read_back,
+)
+
+WORKER = "tenant-a-worker-1"
+STAND_IN = "the tier's busybox image stands in for the kind node image (not built yet)"
+
+
+def create_as_the_provider(docker: Docker, attributes: dict[str, Any]) -> str:
+    """resourceDockerContainerCreate's calls, in its order; returns the container ID."""
+    version = negotiated_api_version(docker.api_version())
+    name = attributes["name"]
+    status, _, body = docker.api(
+        "POST", f"/v{version}/containers/create?name={name}", container_create_request(attributes)
+    )
+    assert status == 201, f"the daemon refused the container ({status}): {body}"
+    container = body["Id"]
+    for network in attributes.get("networks_advanced") or []:
+        status, _, body = docker.api(
+            "POST", f"/v{version}/networks/bridge/disconnect", {"Container": container}
+        )
+        assert status == 200 or "is not connected" in str(body), body
+        status, _, body = docker.api(
+            "POST",
+            f"/v{version}/networks/{network['name']}/connect",
+            {"Container": container, "EndpointConfig": {"IPAMConfig": {}}},
+        )
+        assert status == 200, f"connect to {network['name']} ({status}): {body}"
+    if attributes.get("start"):
+        status, _, body = docker.api("POST", f"/v{version}/containers/{container}/start")
+        assert status == 204, f"start ({status}): {body}"
+    return container
+
+
+def remove_as_the_provider(docker: Docker, container: str) -> None:
+    """Delete with `remove_volumes` (the worker's anonymous /var volume goes with it)."""
+    docker.api("DELETE", f"/containers/{container}?v=1&force=1")
+
+
+def inspect(docker: Docker, container: str) -> dict[str, Any]:
+    return json.loads(docker.run("inspect", container).stdout)[0]
+
+
+def leftover(docker: Docker, name: str) -> None:
+    status, _, body = docker.api("GET", f"/containers/{name}/json")
+    if status != 200:
+        return
+    if not docker.own:  # never remove what this tier did not make
+        pytest.fail(f"the daemon at {docker.host} already has a container {name!r}", pytrace=False)
+    remove_as_the_provider(docker, body["Id"])
+
+
+@pytest.fixture(scope="module")
+def worker(
+    docker: Docker, busybox: str, lab_network: CreatedNetwork
+) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+    """(the provider's configuration, `docker inspect`) of the running worker."""
+    docker.require_privileged()
+    inputs = declared(WORKER)
+    assert inputs["networksAdvanced"] == [{"name": lab_network.name}]
+    image_id = json.loads(docker.run("image", "inspect", busybox).stdout)[0]["Id"]
+    attributes = {**container_attributes(inputs), "image": image_id}  # STAND_IN
+    leftover(docker, attributes["name"])
+    container = create_as_the_provider(docker, attributes)
+    try:
+        yield attributes, inspect(docker, container)
+    finally:
+        remove_as_the_provider(docker, container)
+
+
+@pytest.mark.upstream("docker-provider-container-create-request")
+def test_the_worker_is_stored_as_declared(worker):
+    attributes, found = worker
+    host, config = found["HostConfig"], found["Config"]
+    assert found["State"]["Running"], found["State"]
+    assert host["Privileged"] is True
+    assert host["CgroupnsMode"] == "private"
+    assert host["Tmpfs"] == {"/tmp": "", "/run": ""}
+    assert host["Binds"] == ["/lib/modules:/lib/modules:ro"]
+    assert set(config["Volumes"]) == {"/var", "/lib/modules"}
+    assert host["RestartPolicy"] == {"Name": "on-failure", "MaximumRetryCount": 1}
+    assert host["SecurityOpt"] == attributes["security_opts"]
+    assert host["Init"] is False and config["Tty"] is True
+    declared_labels = {entry["label"]: entry["value"] for entry in attributes["labels"]}
+    assert declared_labels.items() <= config["Labels"].items()
+    assert config["Hostname"] == WORKER
+
+
+def test_the_worker_is_only_on_the_lab_network_in_the_container_range(
+    worker, lab_network: CreatedNetwork
+):
+    _, found = worker
+    networks = found["NetworkSettings"]["Networks"]
+    assert set(networks) == {lab_network.name}
+    address = ipaddress.ip_address(networks[lab_network.name]["IPAddress"])
+    plan = lab_plan()
+    assert address in plan.container_range
+    assert not plan.pool_start <= address <= plan.pool_end
+    assert networks[lab_network.name]["GlobalIPv6Address"] == ""
+
+
+@pytest.mark.upstream("docker-provider-container-readback", "docker-privileged-label-disable")
+def test_what_docker_reads_back_gives_the_provider_no_diff(worker):
+    """T2 on the real daemon: every attribute the provider reads back equals the declaration
+    (network_mode included, `bridge` after the disconnect), and the model of the hermetic
+    tests predicted Docker's security options."""
+    attributes, found = worker
+    state = container_state(found, attributes["image"])
+    assert container_differences(attributes, state) == set(), state
+    assert state["network_mode"] == "bridge"
+    assert found["HostConfig"]["SecurityOpt"] == read_back(attributes)["security_opts"]
+
+
+@pytest.mark.upstream("docker-privileged-label-disable")
+def test_the_daemon_appends_label_disable_to_kinds_security_options(
+    docker: Docker, busybox: str, lab_network: CreatedNetwork
+):
+    """Why the worker declares `label=disable`: with kind's two options alone, the real
+    daemon appends it, and the provider would replace every worker at each `up`."""
+    inputs = declared(WORKER)
+    image_id = json.loads(docker.run("image", "inspect", busybox).stdout)[0]["Id"]
+    kinds = {
+        **container_attributes(inputs),
+        "image": image_id,
+        "name": f"{WORKER}-kind-flags",
+        "security_opts": ["seccomp=unconfined", "apparmor=unconfined"],
+        "start": False,
+    }
+    leftover(docker, kinds["name"])
+    container = create_as_the_provider(docker, kinds)
+    try:
+        stored = inspect(docker, container)["HostConfig"]["SecurityOpt"]
+    finally:
+        remove_as_the_provider(docker, container)
+    assert stored == [*kinds["security_opts"], "label=disable"]
+    assert stored == daemon_security_opts(kinds)
+    assert container_differences(kinds, {"security_opts": stored}) == {"security_opts"}
