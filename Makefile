@@ -40,11 +40,15 @@ up: up-ready $(VENV)/.installed
 	$(PY) -m preflight --stack $(STACK)
 	pulumi up --stack $(STACK) $(ARGS)
 
+# The program runs in a preview too: it fetches Kamaji's charts with git and helm, and the
+# passphrase opens the stack (creating it on a fresh checkout, as `make up` does).
 preview-ready:
-	$(call require,pulumi python3)
+	$(call require,pulumi git helm python3)
+	$(need_passphrase)
 
 preview: preview-ready $(VENV)/.installed
 	mkdir -p $(STATE_DIR)
+	pulumi stack select --create $(STACK)
 	pulumi preview --stack $(STACK) --diff $(ARGS)
 
 destroy-ready:

@@ -7,6 +7,7 @@ import pulumi
 
 from components.lab import build_lab
 from components.outputs import stack_outputs
+from components.platform.kamaji_chart import ChartFetchFailed
 from labconfig.model import ConfigError
 from labconfig.parse import parse_config
 from labconfig.stack import read_stack_config
@@ -23,6 +24,13 @@ except ConfigError as error:
 # exits: full cyclic collections would only re-walk them, and cost a 50-tenant lab most of its
 # evaluation time. Young-generation collections still run.
 gc.set_threshold(10_000, 50, 1_000)
-lab = build_lab(cfg, pulumi.get_stack())
+try:
+    lab = build_lab(cfg, pulumi.get_stack())
+except ChartFetchFailed as error:
+    # The host lacks what the program needs (git, helm, the network): one `error:` line.
+    # Exit code 32 tells the language host the error is shown, so the CLI adds no "program
+    # exited with non-zero exit code" (upstream fact `pulumi-python-run-error-no-traceback`).
+    pulumi.log.error(str(error))
+    sys.exit(32)
 for key, value in stack_outputs(cfg, lab).items():
     pulumi.export(key, value)

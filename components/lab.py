@@ -19,6 +19,7 @@ import pulumi
 from builders.labcheck_spec import labcheck_spec
 from components.platform.host_preflight import HostPreflight, HostPreflightArgs
 from components.platform.kamaji import Kamaji, KamajiArgs
+from components.platform.kamaji_chart import ensure_chart_cache
 from components.platform.management import (
     ExistingClusterArgs,
     ExistingManagementCluster,
@@ -36,6 +37,7 @@ from components.tenant.simulated_gpus import SimulatedGpus, SimulatedGpusArgs
 from components.tenant.workers import WorkerPool, WorkerPoolArgs
 from components.validation import Validation, ValidationArgs
 from labconfig.addresses import NetworkPlan, plan_network
+from labconfig.kamaji_sources import kamaji_source
 from labconfig.model import LabConfig, TenantConfig
 from planning.gpu_inventory import node_inventory
 from planning.host_plan import host_plan
@@ -213,7 +215,7 @@ def _management(cfg: LabConfig, network: LabNetwork | None) -> Management:
 def _platform(
     cfg: LabConfig, plan: NetworkPlan, management: Management
 ) -> tuple[MetalLB | None, Kamaji | None]:
-    if cfg.management_mode == "existing" and not cfg.install_platform:
+    if not _installs_platform(cfg):
         return None, None  # already there: another stack or the cluster's owner installed it
     metallb = MetalLB(
         "metallb",
@@ -237,7 +239,15 @@ def _platform(
     return metallb, kamaji
 
 
+def _installs_platform(cfg: LabConfig) -> bool:
+    return cfg.management_mode == "kind" or cfg.install_platform
+
+
 def build_lab(cfg: LabConfig, stack: str) -> Lab:
+    if _installs_platform(cfg):
+        # Before the first registration: a machine that cannot fetch Kamaji's charts stops
+        # with one line, not after half a plan (Kamaji's own call then finds them cached).
+        ensure_chart_cache(kamaji_source(cfg.kamaji_image_tag))
     plan = plan_network(cfg)
     host = host_plan(cfg)  # None: nothing of this stack runs on this host
     first: list[pulumi.Resource] = []

@@ -10,12 +10,27 @@ import sys
 import threading
 
 from .agent import EXIT_AUTH, EXIT_BUG, EXIT_CONFIG, EXIT_OK, LOG, reconcile_once, run
-from .config import ConfigError, load_config
+from .config import CONFIG_ENV, CONFIG_FILE_ENV, ConfigError, load_config
 from .kube import ApiError, AuthError, HttpKubeApi
+
+# The config never comes from an option: say in --help where it does come from.
+CONFIG_HELP = f"""\
+configuration (required, from the environment):
+  {CONFIG_ENV}       the config as JSON text, or
+  {CONFIG_FILE_ENV}  the path of a JSON file (what the lab's Deployment sets)
+  e.g. {CONFIG_ENV}='{{"nodes": {{"w1": [{{"type": "NVIDIA L4", "devmem": 23034}}]}}}}'
+  keys: nodes (node -> cards {{type, devmem MB, devcore %, count}}), splitCount, resyncSeconds,
+  relistSeconds, requeueAfterRegisterSeconds, nodeLabels; see docs/gpu-agent.md
+"""
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="gpu_agent", description=__doc__)
+    ap = argparse.ArgumentParser(
+        prog="gpu_agent",
+        description=__doc__,
+        epilog=CONFIG_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--once", action="store_true", help="run one pass and exit")
     ap.add_argument("--api-url", help="debug: API server URL instead of in-cluster config")
     ap.add_argument("--token", help="debug: bearer token for --api-url")
@@ -30,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load_config()
     except ConfigError as exc:
-        LOG.error("bad config: %s", exc)
+        LOG.error("bad config: %s (python -m gpu_agent --help shows an example)", exc)
         return EXIT_CONFIG
     try:
         if args.api_url:

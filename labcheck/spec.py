@@ -29,6 +29,9 @@ NodePolicy = Literal["binpack", "spread"]
 GpuPolicy = Literal["binpack", "spread", "topology-aware", "mutex"]
 
 PULUMI_TIMEOUT_SECONDS = 120
+# What `pulumi stack output` says of a stack that no `pulumi up` has finished yet (upstream
+# fact `pulumi-stack-output-not-up-yet`): the spec comes from that update, so say so.
+NOT_UP_YET = ("does not have output property 'labcheckSpec'", "no stack named ")
 
 
 class SpecError(Exception):
@@ -270,8 +273,19 @@ def load_from_stack(stack: str, run: Runner = subprocess.run, cwd: str | None = 
     if proc.returncode != 0:
         err = (proc.stderr or "").strip().splitlines()
         tail = err[-1] if err else f"exit code {proc.returncode}"
-        raise SpecError(f"'{' '.join(cmd[:4])} --stack {stack}' failed: {tail}")
+        raise SpecError(
+            f"'{' '.join(cmd[:4])} --stack {stack}' failed: {tail}" + _hint(stack, tail)
+        )
     return parse_spec(proc.stdout, f"stack {stack} output labcheckSpec")
+
+
+def _hint(stack: str, error: str) -> str:
+    if not any(text in error for text in NOT_UP_YET):
+        return ""
+    return (
+        f"\nThe spec is an output of the stack's `pulumi up`: bring the lab up first "
+        f"(make up STACK={stack}), or give a saved spec with --spec FILE."
+    )
 
 
 def load_from_file(path: str) -> Spec:

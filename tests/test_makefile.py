@@ -95,25 +95,38 @@ def tools_on_path(tmp_path: Path, log: Path) -> Path:
     return bin_dir
 
 
-def test_up_asks_for_the_passphrase_before_it_creates_anything(tmp_path: Path):
+@pytest.mark.parametrize("target", ["up", "preview"])
+def test_up_and_preview_ask_for_the_passphrase_before_they_create_anything(
+    target: str, tmp_path: Path
+):
+    """Both open the stack (and create it on a fresh backend), which the CLI refuses without
+    the passphrase (`could not create secrets manager for new stack`)."""
     log = tmp_path / "calls.log"
-    done = make("up", tmp_path, tools_on_path(tmp_path, log))
+    done = make(target, tmp_path, tools_on_path(tmp_path, log))
     assert done.returncode == 2
     assert "set PULUMI_CONFIG_PASSPHRASE (it encrypts the stack's secrets)" in done.stdout
     assert not log.exists() and not (tmp_path / "venv").exists()
 
 
-def test_up_runs_the_preflight_before_pulumi_up(tmp_path: Path):
-    """m6: every `make up` re-checks the host, against the stack, before `pulumi up`."""
+@pytest.mark.parametrize(
+    ("target", "then"),
+    [
+        # m6: every `make up` re-checks the host, against the stack, before `pulumi up`.
+        ("up", ["python -m preflight --stack lab", "pulumi up --stack lab"]),
+        # Issue 17 item 4: `make preview` stopped with `error: no stack named 'lab' found`.
+        ("preview", ["pulumi preview --stack lab --diff"]),
+    ],
+)
+def test_up_and_preview_select_or_create_the_stack_first(
+    target: str, then: list[str], tmp_path: Path
+):
     log = tmp_path / "calls.log"
     bin_dir = tools_on_path(tmp_path, log)
     ready_venv(tmp_path, log)
-    done = make("up", tmp_path, bin_dir, PULUMI_CONFIG_PASSPHRASE="x")
+    done = make(target, tmp_path, bin_dir, PULUMI_CONFIG_PASSPHRASE="x")
     assert done.returncode == 0, done.stderr
     assert log.read_text().splitlines() == [
-        "pulumi stack select --create lab [unreachable=unset]",
-        "python -m preflight --stack lab [unreachable=unset]",
-        "pulumi up --stack lab [unreachable=unset]",
+        f"{call} [unreachable=unset]" for call in ["pulumi stack select --create lab", *then]
     ]
     assert (tmp_path / "home" / ".pulumi-kamaji-hami-lab").is_dir()
 
@@ -150,3 +163,27 @@ def test_destroy_without_pulumi_says_how_to_install_it(tmp_path: Path):
     empty.mkdir()
     done = make("destroy", tmp_path, empty, PULUMI_CONFIG_PASSPHRASE="x")
     assert (done.returncode, done.stdout.splitlines()) == (2, [INSTALL_HINTS["pulumi"]])
+
+
+def test_preview_without_any_tool_names_git_and_helm_too(tmp_path: Path):
+    """Issue 17 item 4: the program fetches Kamaji's charts with git and helm in a preview too;
+    without them it used to end in a Python traceback instead of one line per tool."""
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    done = make("preview", tmp_path, empty, PULUMI_CONFIG_PASSPHRASE="x")
+    assert done.returncode == 2
+    assert done.stdout.splitlines() == [
+        INSTALL_HINTS[t] for t in ("pulumi", "git", "helm", "python3")
+    ]
+    assert not (tmp_path / "venv").exists() and not (tmp_path / "home").exists()
+
+
+def test_preview_names_only_the_tools_that_are_missing(tmp_path: Path):
+    log = tmp_path / "calls.log"
+    bin_dir = tmp_path / "bin"
+    for tool in ("pulumi", "python3"):
+        fake(bin_dir, tool, log)
+    done = make("preview", tmp_path, bin_dir, PULUMI_CONFIG_PASSPHRASE="x")
+    assert done.returncode == 2
+    assert done.stdout.splitlines() == [INSTALL_HINTS["git"], INSTALL_HINTS["helm"]]
+    assert not log.exists()

@@ -12,12 +12,12 @@ would allow.
 from __future__ import annotations
 
 import fcntl
-import os
-import shutil
-import subprocess
 from pathlib import Path
 
+import pulumi
+
 from builders.scripts import STRICT
+from components import host
 from labconfig.kamaji_sources import KamajiSource
 
 KAMAJI_GIT_URL = "https://github.com/clastix/kamaji.git"
@@ -26,18 +26,23 @@ FETCH_TOOLS = ("git", "helm")
 FETCH_TIMEOUT_SECONDS = 900
 
 
-class ChartFetchFailed(RuntimeError):
-    """The pinned charts could not be put into the cache; the message says why."""
+class ChartFetchFailed(pulumi.RunError):
+    """The pinned charts could not be put into the cache; the message says why.
+
+    A user's setup problem, not a bug: as a RunError the language host prints the message
+    alone, one `error:` line and no Python traceback (upstream fact
+    `pulumi-python-run-error-no-traceback`)."""
 
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
-CACHE_IN_PROJECT = Path(".cache/kamaji-charts")  # gitignored
+CACHE_IN_PROJECT = host.CACHE_IN_PROJECT / "kamaji-charts"  # gitignored
 
 
 def default_cache_root() -> Path:
     """In the checkout, keyed by commit (a tag that moves cannot change what a stack installs):
-    the releases can then name their charts relative to the project (`release_chart_path`)."""
-    return PROJECT_DIR / CACHE_IN_PROJECT
+    the releases can then name their charts relative to the project (`release_chart_path`).
+    A host read like the fetch itself: both go through components/host.py."""
+    return host.current.cache_dir() / CACHE_IN_PROJECT.name
 
 
 def release_chart_path(charts_dir: Path, chart: str, project_dir: Path = PROJECT_DIR) -> str:
@@ -115,25 +120,22 @@ def ensure_chart_cache(source: KamajiSource, cache_root: Path | None = None) -> 
     dest = root / source.commit
     if (dest / COMPLETE_MARK).is_file():
         return dest
-    missing = [tool for tool in FETCH_TOOLS if shutil.which(tool) is None]
+    missing = [tool for tool in FETCH_TOOLS if host.current.which(tool) is None]
     if missing:
         raise ChartFetchFailed(
             f"Kamaji's charts ({source.tag}) are not in {root} yet, and fetching them needs "
-            f"{' and '.join(missing)} on PATH (install: see README, Host requirements)."
+            f"{' and '.join(missing)} on PATH (install: see README, Host prerequisites)."
         )
     root.mkdir(parents=True, exist_ok=True)
     with open(root / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
         try:
-            result = subprocess.run(
+            result = host.current.run(
                 ["bash", "-c", chart_fetch_script()],
-                env={**os.environ, **fetch_environment(source, root)},
-                capture_output=True,
-                text=True,
+                env=fetch_environment(source, root),
                 timeout=FETCH_TIMEOUT_SECONDS,
-                check=False,
             )
-        except subprocess.TimeoutExpired as error:
+        except host.CommandTimedOut as error:
             raise ChartFetchFailed(f"fetching Kamaji's charts ({source.tag}) timed out") from error
     if result.returncode != 0 or result.stdout != f"{dest}\n":
         raise ChartFetchFailed(

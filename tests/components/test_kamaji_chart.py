@@ -6,6 +6,7 @@ import re
 import subprocess
 from pathlib import Path
 
+import pulumi
 import pytest
 
 from builders.kamaji import (
@@ -28,8 +29,10 @@ from labconfig.model import ConfigError
 from labconfig.parse import parse_config
 from tests.support.fake_tools import fake_tools, tool_env
 from tests.support.pulumi_harness import (
+    MockHost,
     ProgramRun,
     lab_stack_config,
+    run_program,
 )
 
 LAB = lab_stack_config()
@@ -211,6 +214,36 @@ def test_missing_git_or_helm_is_named_before_fetching(
         ChartFetchFailed, match=r"are not in .* yet, and fetching them needs helm on PATH"
     ):
         ensure_chart_cache(SOURCE, tmp_path / "cache")
+    assert not (tmp_path / "calls.log").exists()
+
+
+@pytest.mark.upstream("pulumi-python-run-error-no-traceback", "pulumi-python-error-waits-for-rpcs")
+def test_a_program_without_helm_stops_with_one_line_before_registering_anything(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+):
+    """Issue 17 item 4: without helm the program ended in a Python traceback
+    (`ChartFetchFailed`, a RuntimeError) after half a plan, pointing at a README section that
+    does not exist. Now: before the first registration (the SDK re-raises a program's error
+    only after the registrations already sent are done, and a failed one, such as a provider
+    plugin that cannot be had, is reported instead), one line that names the README's real
+    section, and exit code 32, on which the CLI adds no second line. A RunError, so any
+    other caller shows no traceback either. tests/real/test_preview_errors.py sees it from
+    the real CLI."""
+    fake_tools(tmp_path, {"git": FAKE_GIT})
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    run = run_program(LAB, host=MockHost(cache=tmp_path / "no-cache-yet"), allow_exit=True)
+    assert (run.exit_code, run.resources) == (32, [])
+    charts = tmp_path / "no-cache-yet" / "kamaji-charts"
+    # What the engine gets from pulumi.log.error (the mocks' engine logs it).
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        (
+            "ERROR",
+            f"Kamaji's charts (26.8.2-edge) are not in {charts} yet, and fetching them needs "
+            "helm on PATH (install: see README, Host prerequisites).",
+        )
+    ]
+    assert "## Host prerequisites" in (PROJECT_DIR / "README.md").read_text().splitlines()
+    assert issubclass(ChartFetchFailed, pulumi.RunError)
     assert not (tmp_path / "calls.log").exists()
 
 

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
-from gpu_agent import Card, ConfigError, hami, load_config, parse_config
+from gpu_agent import Card, ConfigError, config, hami, load_config, parse_config
 
 A100 = {"type": "NVIDIA A100-SXM4-80GB", "devmem": 81920, "devcore": 100}
 
@@ -142,3 +146,28 @@ def test_lock_parsing_and_ownership():
     assert not hami.owns_lock(lock, "team-a", "1")
     assert not hami.owns_lock("2026-11-30T10:00:00Z,team-a,xp1", "team-a", "p1")
     assert not hami.owns_lock("2026-11-30T10:00:00Z,xteam-a,p1", "team-a", "p1")
+
+
+def test_help_says_where_the_config_comes_from_with_an_example_that_loads():
+    """Issue 17 item 9: `python -m gpu_agent --help` never named GPU_AGENT_CONFIG, the agent's
+    only source of config. The example it shows loads, and it names every key but the
+    deprecated one."""
+    env = {"PATH": "/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1"}
+    help_text = subprocess.run(
+        [sys.executable, "-m", "gpu_agent", "--help"],
+        cwd=Path(config.__file__).parents[1],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    assert re.search(r"^  GPU_AGENT_CONFIG +the config as JSON text", help_text, re.M)
+    assert re.search(r"^  GPU_AGENT_CONFIG_FILE +the path of a JSON file", help_text, re.M)
+    example = re.search(r"e\.g\. GPU_AGENT_CONFIG='(.+)'$", help_text, re.M)
+    assert example, help_text
+    assert load_config({"GPU_AGENT_CONFIG": example[1]}).nodes["w1"][0].devmem == 23034
+    keys = re.search(r"keys: (.+?); see docs/gpu-agent\.md", help_text, re.S)
+    assert keys, help_text
+    named = set(re.findall(r"\b([a-z][A-Za-z]+)\b(?![^{]*})", keys[1])) & config._TOP_KEYS
+    assert named == config._TOP_KEYS - {"busyResyncSeconds"}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import shlex
 import signal
 import xml.etree.ElementTree as ET
 
@@ -11,6 +12,7 @@ import pytest
 
 from labcheck.cli import main
 from labcheck.runner import Interrupted, SignalGuard
+from tests.support.fake_tools import fake_tools
 from tests.support.labcheck_fakes import standard_lab
 
 
@@ -111,3 +113,40 @@ def test_sigterm_mid_run_cleans_up_and_exits_143(tmp_path):
     assert not lab.tenant("tenant-a").pods
     data = json.loads((tmp_path / "labcheck-report.json").read_text())
     assert data["interrupted"] is True and data["results"][-1]["check"] == "cleanup"
+
+
+# What pulumi v3.274.1 prints for a stack no `up` has finished (stack_output.go:181), one
+# never created (backenderr.go:47), and a failure that has nothing to do with either.
+NOT_UP = "error: current stack does not have output property 'labcheckSpec'"
+NO_STACK = "error: no stack named 'lab' found"
+NO_PASSPHRASE = (
+    'error: constructing secrets manager of type "passphrase": passphrase must be set with '
+    "PULUMI_CONFIG_PASSPHRASE or PULUMI_CONFIG_PASSPHRASE_FILE environment variables"
+)
+
+
+@pytest.mark.upstream("pulumi-stack-output-not-up-yet")
+@pytest.mark.parametrize(
+    ("error", "hinted"), [(NOT_UP, True), (NO_STACK, True), (NO_PASSPHRASE, False)]
+)
+def test_stack_that_was_never_brought_up_says_to_run_make_up_first(
+    error, hinted, tmp_path, monkeypatch, capsys
+):
+    """Issue 17 item 9: before any `up`, `--stack lab` said only that the stack has no output
+    `labcheckSpec`. Through the CLI's own call of a fake `pulumi` (what the real one prints)."""
+    fake_tools(
+        tmp_path, {"pulumi": f"echo 'warning: x' >&2\necho {shlex.quote(error)} >&2\nexit 255\n"}
+    )
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    code, out = call(["--stack", "lab"], standard_lab())
+    err = capsys.readouterr().err
+    assert (code, out) == (2, "")
+    assert err.startswith(
+        f"labcheck: 'pulumi stack output labcheckSpec --stack lab' failed: {error}"
+    )
+    hint = (
+        "The spec is an output of the stack's `pulumi up`: bring the lab up first "
+        "(make up STACK=lab), or give a saved spec with --spec FILE."
+    )
+    assert (hint in err) is hinted
+    assert err.count("\n") == (2 if hinted else 1)

@@ -1,0 +1,83 @@
+"""When the validation step runs: docs/validation.md's table against the step the program declares.
+
+Issue 17 item 6: the docs said labcheck ran on every `pulumi up`. It is a Command: it runs when
+created, replaced (a trigger changed) or updated (another input changed), so an `up` that
+changes none of them validates nothing. The docs' table names each trigger and input; this
+keeps it and the code in step.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+import pytest
+
+from labconfig.parse import parse_config
+from tests.support.pulumi_harness import PROJECT_DIR, ProgramRun, lab_stack_config, run_program
+
+LAB = lab_stack_config()
+STEP = "validation-labcheck"
+COMMAND = "command:local:Command"
+# What the docs' second column says, and which of the step's triggers or inputs that is.
+DOCUMENTED_AS = {
+    "trigger: a hash of the whole parsed config": "config",
+    "trigger: the management cluster's identity": "management",
+    "trigger: each worker join's id, new on every join": "joins",
+    "input: its `LABCHECK_SPEC` environment (an update runs it again)": "environment",
+    "input: its `create` command": "create",
+}
+
+
+def documented_rows() -> list[str]:
+    text = (PROJECT_DIR / "docs/validation.md").read_text()
+    section = text.split("\n## When it runs\n", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| (?!what changed|---)[^|]+ \| (.+) \|$", section, re.M)
+    assert rows, section
+    return rows
+
+
+def trigger_kinds(run: ProgramRun) -> list[str]:
+    """Each of the step's triggers, by where it comes from."""
+    config_hash = hashlib.sha256(parse_config(LAB).model_dump_json().encode()).hexdigest()
+    joins = {
+        f"{r.name}-id" for r in run.of_type(COMMAND) if r.name.endswith("-join")
+    }  # the mocks' ids
+    management = run.named("management-kind").urn
+    kinds = []
+    for trigger in run.named(STEP).inputs["triggers"]:
+        if trigger == config_hash:
+            kinds.append("config")
+        elif trigger in joins:
+            kinds.append("joins")
+        elif trigger.endswith("/management-kind-id"):  # the identity names the kind Command
+            kinds.append("management")
+        else:
+            pytest.fail(f"trigger {trigger!r} of {STEP} is not in docs/validation.md")
+    assert management in run.named(STEP).property_dependencies["triggers"]
+    return kinds
+
+
+def test_the_docs_name_every_trigger_and_input_of_the_validation_step(lab: ProgramRun):
+    step = lab.named(STEP)
+    documented = [DOCUMENTED_AS[row] for row in documented_rows()]
+    kinds = trigger_kinds(lab)
+    assert kinds == ["config", "management", "joins", "joins"]  # two tenants, a worker each
+    inputs = set(step.inputs) - {"stdout", "stderr"}  # outputs the harness records
+    assert inputs == {"create", "environment", "triggers"}
+    assert set(step.inputs["environment"]) == {"LABCHECK_SPEC"}
+    assert sorted(documented) == sorted({*kinds, "environment", "create"})
+
+
+def test_an_up_with_no_changes_gives_the_step_nothing_new(lab: ProgramRun):
+    """The same stack config evaluated again: every trigger and input is the same, so the
+    engine plans no step for it and labcheck does not run (hence `make check`)."""
+    again = run_program(LAB).named(STEP)
+    assert again.inputs == lab.named(STEP).inputs
+
+
+def test_a_config_change_replaces_the_step(lab: ProgramRun):
+    changed = run_program({**LAB, "hamiNodeLockTimeout": "6m"}).named(STEP)
+    before = lab.named(STEP).inputs["triggers"]
+    assert changed.inputs["triggers"][0] != before[0]
+    assert changed.inputs["triggers"][1:] == before[1:]
