@@ -169,3 +169,18 @@ def test_pulumi_login_elsewhere_does_not_move_the_project(workspace, tmp_path):
     workspace.pulumi("stack", "init", "nvml")
     assert (env_backend / stacks / "nvml.json").is_file()
     assert not (project_backend / stacks / "nvml.json").exists()
+
+
+@pytest.mark.upstream("pulumi-python-run-error-no-traceback")
+def test_an_invalid_config_stops_with_one_error_line(workspace):
+    """The config is parsed before anything is registered; its error is the user's, so the
+    CLI shows that one line, with the key that is wrong, and nothing else."""
+    workspace.init_stack("lab")
+    workspace.pulumi("config", "set", "--stack", "lab", "subnet", "not-a-cidr")
+    result = workspace.pulumi("preview", "--stack", "lab", check=False)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output
+    errors = error_lines(output)
+    assert len(errors) == 1, output
+    assert errors[0].startswith("error: invalid stack config: subnet"), output
+    assert "Traceback" not in output and "kamaji-hami-lab:index:" not in output, output
