@@ -1,4 +1,4 @@
-"""The pack's policies: pulumi-policy arguments turned into plain props for ``validators``.
+"""The pack's policies: pulumi-policy arguments turned into plain props for ``lab_rules``.
 
 Secretness. pulumi-policy 1.21 unwraps secrets before ``validate`` runs (Analyze and
 AnalyzeStack call ``deserialize_properties`` without ``proxy_secrets``), so a validation
@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-import validators
+import lab_rules
 from pulumi_policy import (
     EnforcementLevel,
     PolicyResource,
@@ -85,19 +85,19 @@ def observe_secrets(args: ResourceValidationArgs) -> None:
 def report_plain_credentials(args: ResourceValidationArgs, report: ReportViolation) -> None:
     props = plain(args.props)
     observed = _observed.pop(args.urn, None)
-    if observed is None and validators.sensitive_paths(args.resource_type, props):
+    if observed is None and lab_rules.sensitive_paths(args.resource_type, props):
         # Fail closed: e.g. the enforcement level was configured away from remediate.
         report("secretness was not observed: run this policy at enforcement level 'remediate'")
         return
-    for message in validators.secret_violations(
+    for message in lab_rules.secret_violations(
         args.resource_type, props, observed or set(), args.opts.additional_secret_outputs
     ):
         report(message)
 
 
-def stack_resource(resource: PolicyResource) -> validators.StackResource:
+def stack_resource(resource: PolicyResource) -> lab_rules.StackResource:
     parent = resource.opts.parent or (resource.parent.urn if resource.parent else "")
-    return validators.StackResource(
+    return lab_rules.StackResource(
         type=resource.resource_type,
         name=resource.name,
         urn=resource.urn,
@@ -108,7 +108,7 @@ def stack_resource(resource: PolicyResource) -> validators.StackResource:
 
 
 def stack_rule(
-    check: Callable[[list[validators.StackResource]], list[str]],
+    check: Callable[[list[lab_rules.StackResource]], list[str]],
 ) -> Callable[[StackValidationArgs, ReportViolation], None]:
     def validate(args: StackValidationArgs, report: ReportViolation) -> None:
         for message in check([stack_resource(r) for r in args.resources]):
@@ -121,12 +121,12 @@ POLICIES = [
     ResourceValidationPolicy(
         name="images-pinned",
         description="kind node images are pinned by digest; no image is untagged or :latest.",
-        validate=resource_rule(validators.image_violations),
+        validate=resource_rule(lab_rules.image_violations),
     ),
     ResourceValidationPolicy(
         name="privileged-only-workers",
         description="Only worker node containers are privileged; no privileged pod.",
-        validate=resource_rule(validators.privileged_violations),
+        validate=resource_rule(lab_rules.privileged_violations),
     ),
     ResourceValidationPolicy(
         name="credentials-are-secrets",
@@ -138,11 +138,11 @@ POLICIES = [
     StackValidationPolicy(
         name="gpu-tenants-have-quota",
         description="Every tenant with GPUs has a ResourceQuota on limits.nvidia.com/gpumem.",
-        validate=stack_rule(validators.gpu_quota_violations),
+        validate=stack_rule(lab_rules.gpu_quota_violations),
     ),
     StackValidationPolicy(
         name="metallb-pool-in-subnet",
         description="The MetalLB pool lies inside the lab subnet, outside the container range.",
-        validate=stack_rule(validators.pool_violations),
+        validate=stack_rule(lab_rules.pool_violations),
     ),
 ]

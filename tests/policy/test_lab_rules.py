@@ -8,8 +8,9 @@ pass first, then analysis. So the lab must pass, and one mutation must give one 
 from __future__ import annotations
 
 import copy
+import importlib.machinery
 import sys
-from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from pulumi.runtime import proto
 from pulumi_policy import EnforcementLevel, proxy
 from pulumi_policy.policy import _PolicyAnalyzerServicer
 
+from tests.policy.lab_graph import RESOURCE_MUTATIONS, mutated, set_to, without
 from tests.support.pulumi_harness import (
     PROJECT_DIR,
     SECRET_MARK,
@@ -31,7 +33,7 @@ from tests.support.pulumi_harness import (
 sys.path.insert(0, str(PROJECT_DIR / "policy"))  # the pack imports its modules top-level
 
 import lab_policies
-import validators
+import lab_rules
 
 UNKNOWN = proxy.UNKNOWN_STRING_VALUE
 DIGEST = "@sha256:" + "a" * 64
@@ -71,19 +73,6 @@ def marked(r: Registration) -> dict[str, Any]:
             target = target[key]
         target[last] = secret(target[last])
     return props
-
-
-def mutated(run: ProgramRun, name: str, change: Callable[[Registration], Any]) -> ProgramRun:
-    """A copy of the run where one registration was changed in place by `change`."""
-    copied = copy.deepcopy(run)
-    change(copied.named(name))
-    return copied
-
-
-def without(run: ProgramRun, name: str) -> ProgramRun:
-    copied = copy.deepcopy(run)
-    copied.resources = [r for r in copied.resources if r.name != name]
-    return copied
 
 
 class Pack:
@@ -164,9 +153,22 @@ class Pack:
         ]
 
 
+def test_the_packs_modules_shadow_no_other_module():
+    """The pack's directory is first on sys.path when it runs (pulumi.policy runs it with
+    runpy.run_path), so a module of it named like a package hides that package: `validators`,
+    the pack's old rules module, is a PyPI package. Its modules carry the `lab_` prefix (names
+    checked against PyPI's list when chosen) and none is importable from anywhere else."""
+    pack = PROJECT_DIR / "policy"
+    modules = sorted(path.stem for path in pack.glob("*.py") if path.stem != "__main__")
+    assert modules, "no module found: the scan is broken"
+    assert [m for m in modules if not m.startswith("lab_")] == []
+    elsewhere = [p for p in sys.path if Path(p or ".").resolve() != pack.resolve()]
+    assert [m for m in modules if importlib.machinery.PathFinder.find_spec(m, elsewhere)] == []
+
+
 def test_unknown_sentinels_are_pulumi_policys():
     names = [n for n in dir(proxy) if n.startswith("UNKNOWN_") and n.endswith("_VALUE")]
-    assert {getattr(proxy, n) for n in names} == validators.UNKNOWN_VALUES
+    assert {getattr(proxy, n) for n in names} == lab_rules.UNKNOWN_VALUES
 
 
 def test_lab_stack_passes_every_policy(lab: ProgramRun):
@@ -176,126 +178,20 @@ def test_lab_stack_passes_every_policy(lab: ProgramRun):
 def test_lab_stack_passes_the_plain_validators(lab: ProgramRun):
     for r in lab.resources:
         props = r.inputs
-        assert validators.image_violations(r.type, props) == [], r.name
-        assert validators.privileged_violations(r.type, props) == [], r.name
-        assert validators.secret_violations(r.type, props, r.secret_inputs, r.secret_outputs) == []
+        assert lab_rules.image_violations(r.type, props) == [], r.name
+        assert lab_rules.privileged_violations(r.type, props) == [], r.name
+        assert lab_rules.secret_violations(r.type, props, r.secret_inputs, r.secret_outputs) == []
     stack = [
-        validators.StackResource(
+        lab_rules.StackResource(
             r.type, r.name, r.urn, r.inputs, r.parent, r.provider.rsplit("::", 1)[0]
         )
         for r in lab.resources
     ]
-    assert validators.gpu_quota_violations(stack) == []
-    assert validators.pool_violations(stack) == []
+    assert lab_rules.gpu_quota_violations(stack) == []
+    assert lab_rules.pool_violations(stack) == []
 
 
 # --- one mutation, one violation, through the pack ----------------------------------------
-
-
-def _set(path: list[str], value: Any) -> Callable[[Registration], None]:
-    def change(r: Registration) -> None:
-        target = r.inputs
-        for key in path[:-1]:
-            target = target[key]
-        target[path[-1]] = value
-
-    return change
-
-
-def _agent_container(r: Registration) -> dict[str, Any]:
-    return r.inputs["spec"]["template"]["spec"]["containers"][0]
-
-
-def _kind_config_unpinned(r: Registration) -> None:
-    env = r.inputs["environment"]
-    env["KIND_CONFIG"] = env["KIND_CONFIG"].split("@sha256:")[0] + "\n"
-
-
-def _drop_worker_label(r: Registration) -> None:
-    r.inputs["labels"] = [x for x in r.inputs["labels"] if x["label"] != "kamaji-hami-lab/tenant"]
-
-
-def _not_secret(path: str) -> Callable[[Registration], None]:
-    def change(r: Registration) -> None:
-        assert path in r.secret_inputs
-        r.secret_inputs.discard(path)
-
-    return change
-
-
-def _plain_token(r: Registration) -> None:
-    r.inputs["environment"]["API_TOKEN"] = "t0ken"
-
-
-RESOURCE_MUTATIONS = [
-    (
-        "tenant-a-workers-image",
-        _set(["name"], "kindest/node:v1.35.0"),
-        "images-pinned",
-        "name: image 'kindest/node:v1.35.0' is not pinned by digest (@sha256:…)",
-    ),
-    (
-        "tenant-a-worker-1",
-        _set(["image"], "kindest/node:v1.35.0"),
-        "images-pinned",
-        "image: image 'kindest/node:v1.35.0' is not pinned by digest (@sha256:…)",
-    ),
-    (
-        "management-kind",
-        _kind_config_unpinned,
-        "images-pinned",
-        "environment.KIND_CONFIG node image: image 'kindest/node:v1.35.0' is not pinned "
-        "by digest (@sha256:…)",
-    ),
-    (
-        "tenant-a-simulated-gpus-agent",
-        lambda r: _agent_container(r).update(image="python:latest"),
-        "images-pinned",
-        "container 'agent': image 'python:latest' uses the :latest tag",
-    ),
-    (
-        "tenant-a-simulated-gpus-agent",
-        lambda r: _agent_container(r).update(image="registry:5000/python"),
-        "images-pinned",
-        "container 'agent': image 'registry:5000/python' has no tag",
-    ),
-    (
-        "tenant-b-worker-1",
-        _drop_worker_label,
-        "privileged-only-workers",
-        "privileged container without the kamaji-hami-lab/tenant label of a worker node",
-    ),
-    (
-        "tenant-b-simulated-gpus-agent",
-        lambda r: _agent_container(r)["securityContext"].update(privileged=True),
-        "privileged-only-workers",
-        "container 'agent' is privileged",
-    ),
-    (
-        "tenant-a-provider",
-        _not_secret("kubeconfig"),
-        "credentials-are-secrets",
-        "kubeconfig holds a credential but is not a secret",
-    ),
-    (
-        "tenant-a-worker-1-join",
-        _not_secret("environment.LAB_KUBECONFIG"),
-        "credentials-are-secrets",
-        "environment.LAB_KUBECONFIG holds a credential but is not a secret",
-    ),
-    (
-        "validation-labcheck",
-        _not_secret("environment.LABCHECK_SPEC"),
-        "credentials-are-secrets",
-        "environment.LABCHECK_SPEC holds a credential but is not a secret",
-    ),
-    (
-        "metallb-webhook-ready",
-        _plain_token,
-        "credentials-are-secrets",
-        "environment.API_TOKEN holds a credential but is not a secret",
-    ),
-]
 
 
 @pytest.mark.parametrize(
@@ -337,9 +233,9 @@ def test_tenant_without_gpu_quota(lab: ProgramRun):
     ]
 
 
-def _stack(run: ProgramRun) -> list[validators.StackResource]:
+def _stack(run: ProgramRun) -> list[lab_rules.StackResource]:
     return [
-        validators.StackResource(
+        lab_rules.StackResource(
             r.type, r.name, r.urn, r.inputs, r.parent, r.provider.rsplit("::", 1)[0]
         )
         for r in run.resources
@@ -348,11 +244,11 @@ def _stack(run: ProgramRun) -> list[validators.StackResource]:
 
 def test_a_tenant_without_cards_needs_no_gpu_quota():
     cpu_only = run_program({"tenants": [{"name": "cpu-only"}], "validate": "false"})
-    assert validators.gpu_quota_violations(_stack(cpu_only)) == []
+    assert lab_rules.gpu_quota_violations(_stack(cpu_only)) == []
     with_cards = run_program(
         {"tenants": [{"name": "gpu", "gpus": [{"model": "T4"}]}], "validate": "false"}
     )
-    (problem,) = validators.gpu_quota_violations(_stack(with_cards))
+    (problem,) = lab_rules.gpu_quota_violations(_stack(with_cards))
     assert "tenant gpu runs GPUs (gpu-simulated-gpus)" in problem
 
 
@@ -380,7 +276,7 @@ def test_quota_of_another_tenant_does_not_count(lab: ProgramRun):
     ],
 )
 def test_pool_outside_the_subnet(lab: ProgramRun, addresses: list[str], message: str):
-    run = mutated(lab, "metallb-ipaddresspool", _set(["spec", "addresses"], addresses))
+    run = mutated(lab, "metallb-ipaddresspool", set_to(["spec", "addresses"], addresses))
     assert Pack().all(run) == [("metallb-pool-in-subnet", f"metallb-ipaddresspool: {message}")]
 
 
@@ -401,26 +297,26 @@ def test_pool_outside_the_subnet(lab: ProgramRun, addresses: list[str], message:
     ],
 )
 def test_image_problem(image: str, digest: bool, problem: str | None):
-    assert validators.image_problem(image, digest=digest) == problem
+    assert lab_rules.image_problem(image, digest=digest) == problem
 
 
 def test_unknown_values_are_never_judged():
     container = {"image": UNKNOWN, "privileged": True, "labels": [{"label": "x", "value": "y"}]}
-    assert validators.image_violations(validators.CONTAINER, container) == []
+    assert lab_rules.image_violations(lab_rules.CONTAINER, container) == []
     provider = {"kubeconfig": UNKNOWN}
-    assert validators.secret_violations(validators.K8S_PROVIDER, provider, set()) == []
-    pool = validators.StackResource(
-        validators.IP_ADDRESS_POOL, "pool", "urn:pool", {"spec": {"addresses": [UNKNOWN]}}
+    assert lab_rules.secret_violations(lab_rules.K8S_PROVIDER, provider, set()) == []
+    pool = lab_rules.StackResource(
+        lab_rules.IP_ADDRESS_POOL, "pool", "urn:pool", {"spec": {"addresses": [UNKNOWN]}}
     )
-    assert validators.pool_violations([pool]) == []
+    assert lab_rules.pool_violations([pool]) == []
     # privileged is known here and the label is missing: that is still a violation
-    assert len(validators.privileged_violations(validators.CONTAINER, container)) == 1
+    assert len(lab_rules.privileged_violations(lab_rules.CONTAINER, container)) == 1
 
 
 def test_a_secret_object_covers_what_is_inside():
     props = {"environment": {"LAB_KUBECONFIG": "k", "NODE_NAME": "n"}}
-    assert validators.secret_violations(validators.COMMAND, props, {"environment"}) == []
-    assert validators.secret_violations(validators.COMMAND, props, {"environmentX"}) == [
+    assert lab_rules.secret_violations(lab_rules.COMMAND, props, {"environment"}) == []
+    assert lab_rules.secret_violations(lab_rules.COMMAND, props, {"environmentX"}) == [
         "environment.LAB_KUBECONFIG holds a credential but is not a secret"
     ]
 
@@ -435,8 +331,8 @@ def test_daemonset_and_cronjob_pods_are_checked():
         ("kubernetes:apps/v1:DaemonSet", daemonset),
         ("kubernetes:batch/v1:CronJob", cronjob),
     ):
-        assert validators.privileged_violations(type_, props) == ["container 'c' is privileged"]
-        assert validators.image_violations(type_, props) == [
+        assert lab_rules.privileged_violations(type_, props) == ["container 'c' is privileged"]
+        assert lab_rules.image_violations(type_, props) == [
             "container 'c': image 'x:latest' uses the :latest tag"
         ]
 
