@@ -5,7 +5,7 @@ STACK ?= lab
 # Pulumi.yaml's backend: local files, no account. The directory must exist before first use.
 STATE_DIR := $(HOME)/.pulumi-kamaji-hami-lab
 
-.PHONY: up preview destroy test test-real lint check up-ready preview-ready destroy-ready mutation
+.PHONY: up preview destroy test test-real test-host lint check up-ready preview-ready destroy-ready mutation
 
 # What each tool is for the targets below, and how to install it. A target that needs tools
 # names them with $(call require,...): one line per missing tool, before anything else runs.
@@ -78,6 +78,12 @@ test: lint
 test-real: $(VENV)/.installed
 	$(PY) tests/real/binaries.py
 	$(PY) -m pytest tests/real
+
+# Against a real Docker Engine (tests/host): the daemon that answers, or Debian's docker.io
+# installed and started by the tier under ${XDG_CACHE_HOME:-~/.cache}/kamaji-hami-lab/host,
+# stopped by PID at the end. Needs root (apt, dockerd): cold ~70 s, cached ~30 s.
+test-host: $(VENV)/.installed
+	$(PY) -m pytest tests/host
 
 # Mutation testing of the core modules ([tool.mutmut] in pyproject.toml) on a fresh copy in
 # mutants/; survivors judged equivalent are listed in tests/mutation-survivors.md. One module:
