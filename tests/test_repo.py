@@ -20,22 +20,25 @@ def make_targets() -> set[str]:
     return set(re.findall(r"^([a-z][\w-]*):", makefile, re.M))
 
 
-def test_readme_starts_with_bring_up_and_the_two_test_commands():
-    up, test, test_real = readme_commands()
+def test_readme_starts_with_bring_up_and_the_three_test_commands():
+    up, test, test_real, test_host = readme_commands()
     assert up.endswith("make up") and "PULUMI_CONFIG_PASSPHRASE=" in up
-    assert (test, test_real) == ("make test", "make test-real")
-    assert {"up", "test", "test-real", "destroy", "preview", "check"} <= make_targets()
+    assert (test, test_real, test_host) == ("make test", "make test-real", "make test-host")
+    assert {"up", "test", "test-real", "test-host", "destroy", "preview", "check"} <= make_targets()
 
 
 def test_ci_runs_the_readme_test_commands_last_in_order():
     ci = (PROJECT_DIR / ".ci/run").read_text().splitlines()
-    assert ci[-2:] == readme_commands()[1:]
+    assert ci[-3:] == readme_commands()[1:]
 
 
-def test_make_test_leaves_the_real_tier_out_and_make_test_real_runs_it():
-    """`make test` stays hermetic: pytest's collection skips tests/real unless it is named."""
+def test_make_test_leaves_the_real_and_host_tiers_out_and_their_targets_run_them():
+    """`make test` stays hermetic: pytest's collection skips tests/real and tests/host unless
+    they are named."""
     pytest_ini = tomllib.loads((PROJECT_DIR / "pyproject.toml").read_text())["tool"]["pytest"]
-    assert "real" in pytest_ini["ini_options"]["norecursedirs"]
+    assert {"real", "host"} <= set(pytest_ini["ini_options"]["norecursedirs"])
+    host = re.search(r"^test-host:.*\n((?:\t.*\n)+)", (PROJECT_DIR / "Makefile").read_text(), re.M)
+    assert host and host.group(1).splitlines() == ["\t$(PY) -m pytest tests/host"]
     recipe = re.search(
         r"^test-real:.*\n((?:\t.*\n)+)", (PROJECT_DIR / "Makefile").read_text(), re.M
     )
