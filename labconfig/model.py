@@ -61,7 +61,10 @@ def _dns_label(value: str) -> str:
 # Names that become namespaces, node names, container and network names.
 DnsLabel = Annotated[str, AfterValidator(_dns_label)]
 K8S_VERSION = re.compile(r"v1\.(\d+)\.(\d+)")
-PINNED_NODE_IMAGE = re.compile(r"[\w./-]*kindest/node:(v1\.\d+\.\d+)@sha256:[0-9a-f]{64}")
+# A registry host may carry a port (a site mirror such as 127.0.0.1:5000/kindest/node:…).
+PINNED_NODE_IMAGE = re.compile(
+    r"(?:[\w.-]+:\d+/)?[\w./-]*kindest/node:(v1\.\d+\.\d+)@sha256:[0-9a-f]{64}"
+)
 
 
 class ConfigError(Exception):

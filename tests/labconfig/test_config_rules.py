@@ -110,6 +110,8 @@ def test_the_default_version_uses_the_pinned_kind_image():
         "kindest/nodes:v1.35.0@" + DIGEST,
         image("v1.35.0") + "\n",
         "kindest/node:v1.35@" + DIGEST,
+        "127.0.0.1:5000/kindest/node:v1.35.0",
+        "127.0.0.1:/" + image("v1.35.0"),
     ],
 )
 def test_a_node_image_must_be_pinned_by_a_full_digest(bad: str):
@@ -117,7 +119,16 @@ def test_a_node_image_must_be_pinned_by_a_full_digest(bad: str):
     refused({**tenant(), "managementNodeImage": bad}, "managementNodeImage", "pinned by digest")
 
 
-@pytest.mark.parametrize("ok", [image("v1.35.0"), "registry.example/mirror/" + image("v1.35.2")])
+@pytest.mark.parametrize(
+    "ok",
+    [
+        image("v1.35.0"),
+        "registry.example/mirror/" + image("v1.35.2"),
+        # a site mirror with a port (the host tier's loopback registry is one)
+        "127.0.0.1:5000/" + image("v1.35.4"),
+        "mirror.example:8443/lab/" + image("v1.35.0"),
+    ],
+)
 def test_a_pinned_node_image_passes_with_or_without_a_registry(ok: str):
     cfg = parse_config({**tenant(workerImage=ok), "managementNodeImage": ok})
     assert (cfg.tenants[0].node_image, cfg.management_node_image) == (ok, ok)
