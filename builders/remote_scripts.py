@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import shlex
 
-from builders.scripts import KUBECONFIG_PRELUDE, SET_NODE_LABELS_COMMAND, STRICT
+from builders.kubeadm import JOIN_CONFIG_PATH, read_join_command, write_join_configuration
+from builders.scripts import KUBECONFIG_PRELUDE, STRICT
 from labconfig.versions import kubernetes_minor, minor_series
 
 # Root or passwordless sudo: a prompt would hang a non-interactive SSH session.
@@ -182,10 +183,16 @@ def remote_join_script(
 ) -> str:
     """Joins the host once, registering it with `node_labels` (`key=value,...`).
 
-    The tenant's admin kubeconfig is read from stdin and removed again.
+    The tenant's admin kubeconfig is read from stdin and removed again; the token reaches
+    kubeadm in the JoinConfiguration, never on a command line.
     """
     node = shlex.quote(node_name)
-    labels = shlex.quote(node_labels) if node_labels else "''"
+    write_config = write_join_configuration(
+        f"$SUDO sh -c 'umask 077 && cat > {JOIN_CONFIG_PATH}'",
+        node_labels=node_labels,
+        node_name=node_name,
+        cri_socket=CRI_SOCKET,
+    )
     return (
         STRICT
         + AS_ROOT
@@ -193,10 +200,9 @@ def remote_join_script(
 if $SUDO test -f /etc/kubernetes/kubelet.conf; then
   cat >/dev/null; echo {node}" already joined" >&2; exit 0
 fi
-$SUDO {SET_NODE_LABELS_COMMAND} {labels}
 $SUDO install -d -m 700 /etc/kubernetes
 $SUDO sh -c 'umask 077 && cat > /etc/kubernetes/lab-admin.conf'
-trap '$SUDO rm -f /etc/kubernetes/lab-admin.conf' EXIT
+trap '$SUDO rm -f /etc/kubernetes/lab-admin.conf {JOIN_CONFIG_PATH}' EXIT
 deadline=$(( $(date +%s) + {join_timeout_seconds} ))
 until join=$($SUDO kubeadm token create --print-join-command --ttl 30m \\
     --kubeconfig /etc/kubernetes/lab-admin.conf 2>/dev/null); do
@@ -206,8 +212,11 @@ until join=$($SUDO kubeadm token create --print-join-command --ttl 30m \\
   sleep 3
 done
 $SUDO rm -f /etc/kubernetes/lab-admin.conf
-# shellcheck disable=SC2086 # the join command is split into its arguments on purpose
-$SUDO $join --node-name {node} --cri-socket {CRI_SOCKET} >&2
+"""
+        + read_join_command(node)
+        + write_config
+        + f"""\
+$SUDO kubeadm join --config {JOIN_CONFIG_PATH} >&2
 echo {node}" joined" >&2
 """
     )
@@ -216,8 +225,9 @@ echo {node}" joined" >&2
 def remote_reset_script(node_name: str) -> str:
     """Undoes the join on destroy, so the host can join again later, clean.
 
-    `kubeadm reset` leaves the CNI configuration and network devices behind (it says so);
-    flannel's config and its VXLAN device go too, and the lab's node labels.
+    `kubeadm reset` empties /var/lib/kubelet, the kubelet's labels (kubeadm-flags.env)
+    included, but leaves the CNI configuration and network devices behind (it says so):
+    flannel's config and its VXLAN device go too.
     """
     node = shlex.quote(node_name)
     return (
@@ -227,7 +237,6 @@ def remote_reset_script(node_name: str) -> str:
 $SUDO kubeadm reset -f --cri-socket {CRI_SOCKET} >&2 || echo {node}": kubeadm reset failed" >&2
 $SUDO rm -f /etc/cni/net.d/10-flannel.conflist
 $SUDO ip link del flannel.1 2>/dev/null || true
-$SUDO {SET_NODE_LABELS_COMMAND} ''
 """
     )
 

@@ -7,11 +7,19 @@ cannot break. Every script is idempotent: re-running it after success changes no
 
 from __future__ import annotations
 
-import shlex
-
 import yaml
 
+from builders.kubeadm import (
+    JOIN_CONFIG_PATH,
+    read_join_command,
+    shell_value,
+    write_join_configuration,
+)
+
 STRICT = "set -eu\n"
+# kindest/node is a container, not a machine: kubeadm's kernel-config check, the tools it
+# looks for and the swap check do not apply (kind's own nodes skip the whole preflight phase).
+CONTAINER_PREFLIGHT_IGNORED = ("SystemVerification", "FileExisting", "Swap")
 
 # Writes $LAB_KUBECONFIG (secret contents) to a private temp file for kubectl, removed on exit.
 KUBECONFIG_PRELUDE = """\
@@ -20,28 +28,6 @@ trap 'rm -f "$kubeconfig_file"' EXIT
 printf '%s\\n' "$LAB_KUBECONFIG" > "$kubeconfig_file"
 export KUBECONFIG="$kubeconfig_file"
 """
-
-# Sets the kubelet's --node-labels in KUBELET_EXTRA_ARGS of the file $1 to the labels $2 (none
-# when empty), keeping every other argument and line. The kubelet reads the file through its
-# systemd drop-in (EnvironmentFile=-/etc/default/kubelet) and applies --node-labels when it
-# registers the Node, so a node that registers again (after a leave, a reset, a new container)
-# carries the labels without anyone patching it.
-SET_KUBELET_NODE_LABELS = """\
-set -eu
-set -f
-file=$1
-args=$(sed -n 's/^KUBELET_EXTRA_ARGS=//p' "$file" 2>/dev/null | tail -n 1 | tr -d '"')
-kept=""
-for arg in $args; do
-  case "$arg" in --node-labels=*) ;; *) kept="$kept $arg" ;; esac
-done
-[ -z "$2" ] || kept="$kept --node-labels=$2"
-{ grep -v '^KUBELET_EXTRA_ARGS=' "$file" 2>/dev/null || true
-  printf 'KUBELET_EXTRA_ARGS="%s"\\n' "${kept# }"; } > "$file.new"
-mv "$file.new" "$file"
-"""
-# Run as root on the node with the labels as its one argument.
-SET_NODE_LABELS_COMMAND = f"sh -c {shlex.quote(SET_KUBELET_NODE_LABELS)} sh /etc/default/kubelet"
 
 
 def kind_cluster_config(name: str, node_image: str) -> str:
@@ -201,8 +187,14 @@ def worker_join_script(join_timeout_seconds: int = 120) -> str:
     Needs NODE_NAME, NODE_LABELS (`key=value,...` the kubelet registers the node with; may be
     empty) and LAB_KUBECONFIG (the tenant's admin kubeconfig). The token is created inside the
     node with the node's own kubeadm (the host needs none), retried because Kamaji's bootstrap
-    RBAC lands in the tenant a little after the control plane reports Ready.
+    RBAC lands in the tenant a little after the control plane reports Ready. It reaches the
+    node in the JoinConfiguration, on stdin, never on a command line.
     """
+    write_config = write_join_configuration(
+        f"docker exec -i \"$NODE_NAME\" sh -c 'umask 077 && cat > {JOIN_CONFIG_PATH}'",
+        node_labels=shell_value("NODE_LABELS"),
+        ignore_preflight_errors=CONTAINER_PREFLIGHT_IGNORED,
+    )
     return (
         STRICT
         + f"""\
@@ -216,11 +208,15 @@ done
 if docker exec "$NODE_NAME" test -f /etc/kubernetes/kubelet.conf; then
   echo "$NODE_NAME already joined" >&2; exit 0
 fi
+# The labels go inside the config's double quotes: only what a label list may hold.
+case "$NODE_LABELS" in
+  *[!A-Za-z0-9._/=,-]*)
+    echo "$NODE_NAME: NODE_LABELS is not a list of labels: $NODE_LABELS" >&2; exit 1 ;;
+esac
 docker exec "$NODE_NAME" modprobe br_netfilter 2>/dev/null || true
-docker exec "$NODE_NAME" {SET_NODE_LABELS_COMMAND} "$NODE_LABELS"
 printf '%s\\n' "$LAB_KUBECONFIG" | docker exec -i "$NODE_NAME" \\
   sh -c 'umask 077 && cat > /etc/kubernetes/lab-admin.conf'
-trap 'docker exec "$NODE_NAME" rm -f /etc/kubernetes/lab-admin.conf' EXIT
+trap 'docker exec "$NODE_NAME" rm -f /etc/kubernetes/lab-admin.conf {JOIN_CONFIG_PATH}' EXIT
 deadline=$(( $(date +%s) + {join_timeout_seconds} ))
 until join=$(docker exec "$NODE_NAME" kubeadm token create --print-join-command --ttl 30m \\
     --kubeconfig /etc/kubernetes/lab-admin.conf 2>/dev/null); do
@@ -231,9 +227,11 @@ until join=$(docker exec "$NODE_NAME" kubeadm token create --print-join-command 
   sleep 3
 done
 docker exec "$NODE_NAME" rm -f /etc/kubernetes/lab-admin.conf
-# shellcheck disable=SC2086 # the join command is split into its arguments on purpose
-docker exec "$NODE_NAME" $join \\
-  --ignore-preflight-errors=SystemVerification,FileExisting,Swap >&2
+"""
+        + read_join_command('"$NODE_NAME"')
+        + write_config
+        + f"""\
+docker exec "$NODE_NAME" kubeadm join --config {JOIN_CONFIG_PATH} >&2
 echo "$NODE_NAME joined" >&2
 """
     )

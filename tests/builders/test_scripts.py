@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from builders.kubeadm import JOIN_CONFIG_PATH
 from builders.remote_scripts import (
     node_registered_script,
     prepare_script,
@@ -21,7 +22,6 @@ from builders.remote_scripts import (
     remote_reset_script,
 )
 from builders.scripts import (
-    SET_KUBELET_NODE_LABELS,
     api_server_healthz_wait_script,
     control_plane_admission_wait_script,
     kind_cluster_config,
@@ -31,10 +31,24 @@ from builders.scripts import (
     node_delete_script,
     worker_join_script,
 )
-from tests.support.fake_host import CONTAINERD_SOCKET, FakeHost, registered_labels
+from tests.support.fake_host import (
+    CONTAINERD_SOCKET,
+    JOIN_COMMAND,
+    FakeHost,
+    registered_labels,
+)
 
 IMAGE = "kindest/node:v1.35.0@sha256:" + "1" * 64
 NODE = "tenant-a-worker-1"
+TOKEN = JOIN_COMMAND.split()[4]
+DISCOVERY = {
+    "bootstrapToken": {
+        "apiServerEndpoint": "172.30.255.205:6443",
+        "token": TOKEN,
+        "caCertHashes": ["sha256:" + "0" * 64],
+    }
+}
+KIND_OWN_KUBELET_DEFAULTS = "KUBELET_EXTRA_ARGS=--runtime-cgroups=/system.slice/containerd.service"
 DOCKER_CONTAINERD_CONFIG = 'disabled_plugins = ["cri"]\n\n#root = "/var/lib/containerd"\n'
 
 
@@ -71,7 +85,6 @@ SCRIPTS = {
     "prepare-real-v1.36": prepare_script("gpu-host-1", "v1.36.0", "real"),
     "remote-join": remote_join_script("gpu-host-1", "gpu=on"),
     "remote-reset": remote_reset_script("gpu-host-1"),
-    "set-node-labels": SET_KUBELET_NODE_LABELS,
 }
 
 
@@ -209,22 +222,109 @@ def join(host: FakeHost, timeout: int = 30, labels: str = "gpu=on", **env: str):
     return run(host, worker_join_script(timeout), **env)
 
 
-@pytest.mark.upstream("kubelet-node-labels-at-registration")
-def test_join_registers_the_node_with_its_labels(host: FakeHost):
-    """T6: the label comes with the registration, kind's own kubelet arguments stay."""
+@pytest.mark.upstream(
+    "kubelet-node-labels-at-registration",
+    "kubeadm-join-config-v1beta4",
+    "kubeadm-join-config-refuses-flags",
+)
+def test_join_registers_the_node_with_its_labels_from_the_join_configuration(host: FakeHost):
+    """T6: the label comes with the registration, through kubeadm's kubeletExtraArgs; the
+    node's own files stay as kind ships them."""
     root = host.add_container(NODE)
     host.set_tenant(token_failures=2)
     result = join(host)
     assert result.returncode == 0, result.stderr
     assert host.tenant_nodes() == {NODE: {"gpu": "on"}}
-    assert (root / "etc/default/kubelet").read_text() == (
-        'KUBELET_EXTRA_ARGS="--runtime-cgroups=/system.slice/containerd.service'
-        ' --node-labels=gpu=on"\n'
+    assert host.join_configurations() == [
+        {
+            "apiVersion": "kubeadm.k8s.io/v1beta4",
+            "kind": "JoinConfiguration",
+            "discovery": DISCOVERY,
+            "nodeRegistration": {
+                "kubeletExtraArgs": [{"name": "node-labels", "value": "gpu=on"}],
+                "ignorePreflightErrors": ["SystemVerification", "FileExisting", "Swap"],
+            },
+        }
+    ]
+    assert (root / "var/lib/kubelet/kubeadm-flags.env").read_text() == (
+        'KUBELET_KUBEADM_ARGS="--node-labels=gpu=on"\n'
     )
+    assert (root / "etc/default/kubelet").read_text() == KIND_OWN_KUBELET_DEFAULTS
     tokens = [c for c in host.calls("kubeadm") if c[1:3] == ["token", "create"]]
     assert len(tokens) == 3  # retried until Kamaji's bootstrap RBAC is there
     (joined,) = [c for c in host.calls("kubeadm") if c[1] == "join"]
-    assert "--ignore-preflight-errors=SystemVerification,FileExisting,Swap" in joined
+    assert joined == ["kubeadm", "join", "--config", str(root) + JOIN_CONFIG_PATH]
+
+
+@pytest.mark.upstream("kubelet-empty-node-labels")
+def test_join_without_labels_registers_a_node_without_labels(host: FakeHost):
+    """Simulated GPUs: NODE_LABELS is empty, and an empty --node-labels adds no label."""
+    root = host.add_container(NODE)
+    assert join(host, labels="").returncode == 0
+    assert host.tenant_nodes() == {NODE: {}}
+    (config,) = host.join_configurations()
+    assert config["nodeRegistration"]["kubeletExtraArgs"] == [{"name": "node-labels", "value": ""}]
+    assert (root / "var/lib/kubelet/kubeadm-flags.env").read_text() == (
+        'KUBELET_KUBEADM_ARGS="--node-labels="\n'
+    )
+
+
+def test_join_keeps_the_bootstrap_token_off_every_command_line(host: FakeHost):
+    """The token goes from kubeadm's output to the 0600 config file on stdin; the file goes."""
+    root = host.add_container(NODE)
+    assert join(host).returncode == 0
+    assert not [c for c in host.calls() if TOKEN in " ".join(c)]
+    config = str(root) + JOIN_CONFIG_PATH
+    assert [c[1] for c in host.calls("join-config")] == [f"{config} mode=600"]
+    assert not (root / JOIN_CONFIG_PATH.lstrip("/")).exists()
+
+
+@pytest.mark.upstream("kubeadm-print-join-command")
+def test_join_reads_a_token_of_digits_as_a_string(host: FakeHost):
+    """A token may be all digits: quoted in the config, it stays the token, not a number."""
+    host.add_container(NODE)
+    command = JOIN_COMMAND.replace(TOKEN, "012345.0123456789012345")
+    host.set_tenant(join_command=command)
+    result = join(host)
+    assert result.returncode == 0, result.stderr
+    (config,) = host.join_configurations()
+    assert config["discovery"]["bootstrapToken"]["token"] == "012345.0123456789012345"
+
+
+@pytest.mark.upstream("kubeadm-print-join-command")
+@pytest.mark.parametrize(
+    ("printed", "words"),
+    [
+        (JOIN_COMMAND + " --discovery-token-ca-cert-hash sha256:" + "1" * 64, 9),  # two CAs
+        (JOIN_COMMAND.replace("--token", "--tokens"), 7),
+        (JOIN_COMMAND.replace(TOKEN, TOKEN.upper()), 7),
+        (JOIN_COMMAND.replace("sha256:", "sha1:"), 7),
+        (JOIN_COMMAND.replace("172.30.255.205:6443", '"172.30.255.205:6443'), 7),
+        (JOIN_COMMAND.split(" --discovery")[0], 5),
+    ],
+)
+def test_join_stops_on_a_join_command_it_cannot_read(host: FakeHost, printed: str, words: int):
+    """Anything but one CA's join command: no join, no token in the message, nothing left."""
+    root = host.add_container(NODE)
+    host.set_tenant(join_command=printed)
+    result = join(host)
+    assert result.returncode == 1
+    assert result.stderr == (
+        f"{NODE}: kubeadm token create --print-join-command printed {words} words, not the"
+        " join command of one CA\n"
+    )
+    assert [c for c in host.calls("kubeadm") if c[1] == "join"] == []
+    assert not (root / "etc/kubernetes/lab-admin.conf").exists()
+    assert not (root / JOIN_CONFIG_PATH.lstrip("/")).exists()
+
+
+@pytest.mark.parametrize("labels", ['gpu="on"', "gpu=on\nzone=a", "gpu=$on", "gpu=on\\"])
+def test_join_refuses_labels_that_would_break_the_config(host: FakeHost, labels: str):
+    host.add_container(NODE)
+    result = join(host, labels=labels)
+    assert result.returncode == 1
+    assert f"{NODE}: NODE_LABELS is not a list of labels: {labels}" in result.stderr
+    assert host.calls("auth") == [] and host.tenant_nodes() == {}
 
 
 def test_join_hands_the_admin_kubeconfig_over_privately(host: FakeHost):
@@ -256,13 +356,14 @@ def test_join_without_a_token_fails_and_removes_the_admin_kubeconfig(host: FakeH
 
 
 def test_a_failed_kubeadm_join_fails_the_script(host: FakeHost):
-    host.add_container(NODE)
+    root = host.add_container(NODE)
     host.set_tenant(join_fails=True)
     result = join(host)
     assert result.returncode == 1
     assert "timed out waiting for the condition" in result.stderr
     assert f"{NODE} joined" not in result.stderr
     assert host.tenant_nodes() == {}
+    assert not (root / JOIN_CONFIG_PATH.lstrip("/")).exists()  # the trap removed the token
 
 
 def test_join_of_a_stopped_container_fails_before_touching_the_tenant(host: FakeHost):
@@ -305,50 +406,6 @@ def test_leave_warns_but_never_blocks_destroy(host, tenant, error):
     assert error in result.stderr
     assert f"warning: could not delete node {NODE} from its tenant" in result.stderr
     assert tmp_files(host) == []
-
-
-# --------------------------------------------------------------------------- kubelet labels
-
-
-def set_labels(path: Path, labels: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        ["sh", "-c", SET_KUBELET_NODE_LABELS, "sh", str(path), labels],
-        capture_output=True,
-        text=True,
-    )
-
-
-def kubelet_defaults(root: Path, content: str | None = None) -> Path:
-    path = root / "etc/default/kubelet"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if content is not None:
-        path.write_text(content)
-    return path
-
-
-@pytest.mark.upstream("kubelet-node-labels-at-registration")
-def test_node_labels_are_set_replaced_and_removed_keeping_other_arguments(tmp_path: Path):
-    defaults = kubelet_defaults(
-        tmp_path, "# by hand\nKUBELET_EXTRA_ARGS=--runtime-cgroups=/system.slice"
-    )
-    assert set_labels(defaults, "gpu=on").returncode == 0
-    assert set_labels(defaults, "gpu=on").returncode == 0  # idempotent
-    assert registered_labels(tmp_path) == {"gpu": "on"}
-    assert defaults.read_text() == (
-        '# by hand\nKUBELET_EXTRA_ARGS="--runtime-cgroups=/system.slice --node-labels=gpu=on"\n'
-    )
-    set_labels(defaults, "gpu=on,zone=a")
-    assert registered_labels(tmp_path) == {"gpu": "on", "zone": "a"}
-    set_labels(defaults, "")
-    assert (
-        defaults.read_text() == '# by hand\nKUBELET_EXTRA_ARGS="--runtime-cgroups=/system.slice"\n'
-    )
-
-
-def test_node_labels_on_a_host_without_the_defaults_file(tmp_path: Path):
-    defaults = kubelet_defaults(tmp_path)
-    assert set_labels(defaults, "gpu=on").returncode == 0
-    assert defaults.read_text() == 'KUBELET_EXTRA_ARGS="--node-labels=gpu=on"\n'
 
 
 # --------------------------------------------------------------------------- remote hosts
@@ -506,7 +563,7 @@ def test_prepare_of_a_real_gpu_host_needs_the_driver(host: FakeHost):
     assert "runtimes.nvidia" in remote_config(host)
 
 
-@pytest.mark.upstream("kubeadm-needs-cri-socket-with-two-runtimes")
+@pytest.mark.upstream("kubeadm-needs-cri-socket-with-two-runtimes", "kubeadm-join-config-v1beta4")
 def test_remote_join_names_the_cri_socket_and_registers_the_label(host: FakeHost):
     """T12 and T6: a host with containerd and cri-dockerd joins; the node is a GPU node."""
     host.set_remote(
@@ -518,11 +575,26 @@ def test_remote_join_names_the_cri_socket_and_registers_the_label(host: FakeHost
     )
     assert result.returncode == 0, result.stderr
     assert host.tenant_nodes() == {"gpu-host-1": {"gpu": "on"}}
+    assert host.join_configurations() == [
+        {
+            "apiVersion": "kubeadm.k8s.io/v1beta4",
+            "kind": "JoinConfiguration",
+            "discovery": DISCOVERY,
+            "nodeRegistration": {
+                "name": "gpu-host-1",
+                "criSocket": CONTAINERD_SOCKET,
+                "kubeletExtraArgs": [{"name": "node-labels", "value": "gpu=on"}],
+            },
+        }
+    ]
+    config = host.state.host_root / JOIN_CONFIG_PATH.lstrip("/")
     (joined,) = [c for c in host.calls("kubeadm") if c[1] == "join"]
-    assert joined[-4:] == ["--node-name", "gpu-host-1", "--cri-socket", CONTAINERD_SOCKET]
+    assert joined == ["kubeadm", "join", "--config", str(config)]
+    assert [c[1] for c in host.calls("join-config")] == [f"{config} mode=600"]
     admin = host.state.host_root / "etc/kubernetes/lab-admin.conf"
     assert [c[1] for c in host.calls("auth")] == [f"kubeconfig={admin} mode=600"]
-    assert not admin.exists()
+    assert not admin.exists() and not config.exists()
+    assert not [c for c in host.calls() if TOKEN in " ".join(c)]
 
 
 def test_remote_join_of_a_joined_host_only_reads_stdin(host: FakeHost):

@@ -74,7 +74,7 @@ def test_real_gpu_stack_runs_the_real_device_plugin_only(gpu: ProgramRun):
     assert kinds["kubernetes:core/v1:NodePatch"] == 0
     for host in ("gpu-host-1", "gpu-host-2"):
         join = gpu.named(f"{host}-join").inputs
-        assert " sh /etc/default/kubelet gpu=on\n" in join["create"]
+        assert "  kubeletExtraArgs:\n  - name: node-labels\n    value: gpu=on\n" in join["create"]
         assert "gpu=on" in join["triggers"]  # a label change re-joins the host
 
 
@@ -173,7 +173,7 @@ def test_secrets_stay_secret_in_every_stack(stack: str):
 
 def test_remote_scripts_bake_in_only_quoted_names():
     join = remote_join_script("gpu-host-1")
-    assert "--node-name gpu-host-1" in join
+    assert "nodeRegistration:\n  name: gpu-host-1\n" in join
     assert "lab-admin.conf" in join and "rm -f /etc/kubernetes/lab-admin.conf" in join
     simulated = prepare_script("h", "v1.35.0", "nvml-mock")
     assert "nvidia-smi" not in simulated  # driver checks only where real GPUs are promised

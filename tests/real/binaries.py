@@ -137,7 +137,13 @@ BINARY_SETS: tuple[BinarySet, ...] = (
         version=K8S_VERSION,
         packages=tuple(
             f"k8s.io/kubernetes/cmd/{cmd}"
-            for cmd in ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
+            for cmd in (
+                "kube-apiserver",
+                "kube-controller-manager",
+                "kube-scheduler",
+                "kubectl",
+                "kubeadm",  # judges the workers' JoinConfiguration (test_kubeadm_config.py)
+            )
         ),
         local_replace_version="v0." + K8S_VERSION.split(".", 1)[1],
         ldflags=_k8s_ldflags(K8S_VERSION),

@@ -74,6 +74,7 @@ def test_the_kubernetes_wrapper_replaces_every_staging_module_of_the_served_go_m
         ("kube-controller-manager", ["--version"], "Kubernetes v1.35.4"),
         ("kube-scheduler", ["--version"], "Kubernetes v1.35.4"),
         ("kubectl", ["version", "--client"], "Client Version: v1.35.4"),
+        ("kubeadm", ["version", "-o", "short"], "v1.35.4"),
         ("etcd", ["--version"], "etcd Version: 3.6.5"),
         ("kwok", ["--version"], "v0.8.0"),
         ("pulumi", ["version"], "v3.274.1"),
