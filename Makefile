@@ -5,7 +5,7 @@ STACK ?= lab
 # Pulumi.yaml's backend: local files, no account. The directory must exist before first use.
 STATE_DIR := $(HOME)/.pulumi-kamaji-hami-lab
 
-.PHONY: up preview destroy test test-real test-host lint check up-ready preview-ready destroy-ready mutation
+.PHONY: up preview destroy test test-real test-host lint check capacity up-ready preview-ready destroy-ready mutation
 
 # What each tool is for the targets below, and how to install it. A target that needs tools
 # names them with $(call require,...): one line per missing tool, before anything else runs.
@@ -64,6 +64,11 @@ destroy: destroy-ready
 
 check: $(VENV)/.installed
 	$(PY) -m labcheck --stack $(STACK)
+
+# A capacity run of a workload mix against the running lab (docs/capacity.md).
+capacity: $(VENV)/.installed
+	@test -n "$(MIX)" || { echo "set MIX=<mix file>, e.g. MIX=capacity/mixes/inference-heavy.yaml"; exit 2; }
+	$(PY) -m capacity --stack $(STACK) --mix $(MIX) --report-dir reports/$(STACK)/capacity $(ARGS)
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .

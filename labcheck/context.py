@@ -41,6 +41,25 @@ def pod_summary(pod: Obj) -> str:
     return f"phase {phase} on {node}{extra}"
 
 
+def default_service_account_probe(
+    cl: Cluster, namespace: str
+) -> Callable[[], tuple[bool | None, str]]:
+    """A wait_for probe: done once the namespace's default ServiceAccount exists, which pod
+    admission needs (upstream fact `kube-pod-admission-needs-service-account`)."""
+    path = f"/api/v1/namespaces/{quote(namespace)}/serviceaccounts/default"
+
+    def probe() -> tuple[bool | None, str]:
+        try:
+            cl.get_raw(path)
+        except ClusterError as exc:
+            if exc.status != 404:
+                raise
+            return None, str(exc)
+        return True, ""
+
+    return probe
+
+
 @dataclass
 class RunContext:
     spec: Spec
@@ -105,19 +124,12 @@ class RunContext:
 
     def _await_default_service_account(self, cl: Cluster, namespace: str) -> None:
         # Pod admission refuses every pod of a namespace without it (and retries only ~1-2 s).
-        path = f"/api/v1/namespaces/{quote(namespace)}/serviceaccounts/default"
-
-        def probe() -> tuple[bool | None, str]:
-            try:
-                cl.get_raw(path)
-            except ClusterError as exc:
-                if exc.status != 404:
-                    raise
-                return None, str(exc)
-            return True, ""
-
         try:
-            self.wait(probe, f"ServiceAccount {namespace}/default", self.timeouts.api_seconds)
+            self.wait(
+                default_service_account_probe(cl, namespace),
+                f"ServiceAccount {namespace}/default",
+                self.timeouts.api_seconds,
+            )
         except WaitTimeout as exc:
             raise CheckFailed(
                 f"ServiceAccount {namespace}/default within {exc.timeout:g}s",

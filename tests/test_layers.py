@@ -14,7 +14,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PROGRAM_LAYERS = ("labconfig", "planning", "builders", "components")
-HOST_TOOLS = ("preflight", "labcheck", "gpu_agent", "policy")
+HOST_TOOLS = ("preflight", "labcheck", "capacity", "gpu_agent", "policy")
 # What each package may import of the project (itself always).
 ALLOWED: dict[str, set[str]] = {
     "labconfig": set(),
@@ -25,6 +25,8 @@ ALLOWED: dict[str, set[str]] = {
     "__main__": {"labconfig", "components"},
     "preflight": {"labconfig", "planning"},
     "labcheck": set(),
+    # A host tool on labcheck's cluster client, HAMi knowledge and placement picture.
+    "capacity": {"labcheck"},
     "gpu_agent": set(),
     "policy": set(),
 }

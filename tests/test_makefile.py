@@ -187,3 +187,20 @@ def test_preview_names_only_the_tools_that_are_missing(tmp_path: Path):
     assert done.returncode == 2
     assert done.stdout.splitlines() == [INSTALL_HINTS["git"], INSTALL_HINTS["helm"]]
     assert not log.exists()
+
+
+def test_capacity_needs_a_mix_and_runs_the_capacity_tool_on_the_stack(tmp_path: Path):
+    log = tmp_path / "calls.log"
+    ready_venv(tmp_path, log)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    without = make("capacity", tmp_path, bin_dir)
+    assert without.returncode == 2
+    assert "set MIX=<mix file>" in without.stdout
+    assert not log.exists()
+    done = make("capacity", tmp_path, bin_dir, MIX="capacity/mixes/inference-heavy.yaml")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert log.read_text().split(" [")[0] == (
+        "python -m capacity --stack lab --mix capacity/mixes/inference-heavy.yaml "
+        "--report-dir reports/lab/capacity"
+    )

@@ -1,0 +1,176 @@
+"""Command line: a capacity run of a mix, or the slice-hours of what the tenants run now."""
+
+from __future__ import annotations
+
+import argparse
+import secrets
+import sys
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TextIO
+
+from labcheck.cli import load_spec
+from labcheck.cluster import ClusterError, ClusterFactory, Obj, likely_cause
+from labcheck.runner import SignalGuard
+from labcheck.spec import Spec, SpecError
+from labcheck.waiting import Clock, SystemClock, WaitTimeout
+
+from .hours import Holding, card_infos, holdings, slice_hours, table, to_csv
+from .mix import Mix, MixError, load_mix, parse_duration
+from .report import TerminalProgress, terminal_lines, write_reports
+from .run import RunSettings, run_capacity
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m capacity",
+        description="How many cards a workload mix takes with HAMi's slices (--mix), or the "
+        "slice-hours each tenant holds (--hours). Needs a running lab.",
+    )
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--stack", help="read `pulumi stack output labcheckSpec` of this stack")
+    src.add_argument("--spec", metavar="FILE", help="read the spec JSON from a file")
+    src.add_argument("--spec-env", metavar="VAR", help="read the spec JSON from an env var")
+    p.add_argument("--cwd", help="Pulumi project directory for --stack (default: current)")
+    what = p.add_mutually_exclusive_group()
+    what.add_argument("--mix", metavar="FILE", help="run this workload mix (YAML)")
+    what.add_argument(
+        "--hours",
+        action="store_true",
+        help="slice-hours of the pods the tenants run now, over --last (allocation, not use)",
+    )
+    p.add_argument("--last", default="24h", help="--hours window ending now (default 24h)")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        help="seconds to wait for placement (default: 5 s per pod, at least 60 s)",
+    )
+    p.add_argument(
+        "--report-dir",
+        type=Path,
+        help="write capacity-report.json, capacity-hours.csv and capacity-placement.png/.svg",
+    )
+    return p
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def main(
+    argv: Sequence[str] | None = None,
+    *,
+    out: TextIO | None = None,
+    factory: ClusterFactory | None = None,
+    clock: Clock | None = None,
+    wall: Callable[[], float] = time.time,
+    run_id: str | None = None,
+    guard: SignalGuard | None = None,
+) -> int:
+    out = out or sys.stdout
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not (args.stack or args.spec or args.spec_env):
+        parser.error("one of --stack, --spec or --spec-env is required")
+    if not (args.mix or args.hours):
+        parser.error("one of --mix FILE or --hours is required")
+    try:
+        spec = load_spec(args)
+        mix = load_mix(args.mix) if args.mix else None
+        window = parse_duration(args.last)
+    except (SpecError, MixError) as exc:
+        print(f"capacity: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except ValueError as exc:
+        print(f"capacity: --last {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if factory is None:
+        from labcheck.kube import factory as kube_factory
+
+        factory = kube_factory(spec.timeouts.api_seconds)
+    try:
+        if mix is None:
+            return _hours(spec, factory, wall(), window, args.report_dir, out)
+        return _run(spec, mix, factory, clock or SystemClock(), wall, run_id, guard, args, out)
+    except MixError as exc:
+        print(f"capacity: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except ClusterError as exc:
+        print(f"capacity: {exc} ({likely_cause(exc)})", file=sys.stderr)
+        return EXIT_FAILED
+    except WaitTimeout as exc:
+        print(f"capacity: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+
+
+def _run(
+    spec: Spec,
+    mix: Mix,
+    factory: ClusterFactory,
+    clock: Clock,
+    wall: Callable[[], float],
+    run_id: str | None,
+    guard: SignalGuard | None,
+    args: argparse.Namespace,
+    out: TextIO,
+) -> int:
+    run_id = run_id or secrets.token_hex(4)
+    progress = TerminalProgress(out, tty=out.isatty())
+    own_guard = guard is None
+    guard = guard or SignalGuard()
+    if own_guard:
+        guard.install()
+    try:
+        result = run_capacity(
+            spec,
+            mix,
+            factory=factory,
+            clock=clock,
+            run_id=run_id,
+            progress=progress,
+            guard=guard,
+            settings=RunSettings(timeout=args.timeout, wall=wall),
+        )
+    finally:
+        if own_guard:
+            guard.restore()
+        progress.end()
+    files = write_reports(result, args.report_dir, when=_now()) if args.report_dir else []
+    out.write("\n".join(terminal_lines(result)) + "\n")
+    for f in files:
+        out.write(f"wrote {f}\n")
+    if result.interrupted is not None:
+        return 128 + result.interrupted
+    return EXIT_FAILED if result.cleanup_errors or result.count("pending") else EXIT_OK
+
+
+def _hours(
+    spec: Spec,
+    factory: ClusterFactory,
+    now: float,
+    window: int,
+    report_dir: Path | None,
+    out: TextIO,
+) -> int:
+    """Every pod HAMi placed in every tenant, as the API servers list them now."""
+    held: list[Holding] = []
+    notes: list[str] = []
+    nodes: dict[str, list[Obj]] = {}
+    for t in spec.tenants:
+        cl = factory(t.kubeconfig, t.name)
+        nodes[t.name] = cl.list_nodes()
+        h, n = holdings(t.name, cl.list_pods(), now)
+        held += h
+        notes += n
+    report = slice_hours(held, now - window, now, card_infos(nodes), notes)
+    out.write("\n".join(table(report)) + "\n")
+    if report_dir:
+        report_dir.mkdir(parents=True, exist_ok=True)
+        path = report_dir / "capacity-hours.csv"
+        path.write_text(to_csv(report))
+        out.write(f"wrote {path}\n")
+    return EXIT_OK

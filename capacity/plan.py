@@ -1,0 +1,74 @@
+"""Pure planning: the pods a mix asks for, their manifests and the order they are created in."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from labcheck.cluster import Obj
+from labcheck.hami import RES_CORES, RES_GPU, RES_MEM
+
+from . import ENTRY_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE, RUN_ID_LABEL
+from .mix import Entry, Mix
+from .records import RES_MEM_PERCENT
+
+
+@dataclass(frozen=True)
+class PlannedPod:
+    tenant: str
+    entry: str
+    name: str
+    gpus: int
+    duration: int | None  # seconds the mix says the pod runs; None: as long as it lives
+
+
+def run_labels(run_id: str, entry: str = "") -> dict[str, str]:
+    labels = {MANAGED_BY_LABEL: MANAGED_BY_VALUE, RUN_ID_LABEL: run_id}
+    if entry:
+        labels[ENTRY_LABEL] = entry
+    return labels
+
+
+def namespace_name(run_id: str) -> str:
+    return f"capacity-{run_id}"
+
+
+def pod_name(run_id: str, entry: str, i: int) -> str:
+    return f"cap-{run_id}-{entry}-{i}"
+
+
+def plan_pods(mix: Mix, run_id: str) -> list[PlannedPod]:
+    """Every pod of the mix, in creation order: entry by entry, as the file lists them."""
+    return [
+        PlannedPod(e.tenant, e.name, pod_name(run_id, e.name, i), e.gpus, e.duration)
+        for e in mix.entries
+        for i in range(e.count)
+    ]
+
+
+def limits(entry: Entry) -> dict[str, str]:
+    """The container's HAMi limits (HAMi reads limits first, then requests)."""
+    out = {RES_GPU: str(entry.gpus)}
+    if entry.gpumem.percent is not None:
+        out[RES_MEM_PERCENT] = str(entry.gpumem.percent)
+    else:
+        out[RES_MEM] = str(entry.gpumem.mb)
+    if entry.gpucores:
+        out[RES_CORES] = str(entry.gpucores)
+    return out
+
+
+def pod_manifest(entry: Entry, name: str, run_id: str, image: str) -> Obj:
+    """A pause pod holding the entry's slices; it does no work, it only occupies the cards."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": run_labels(run_id, entry.name)},
+        "spec": {
+            "containers": [
+                {"name": "slice", "image": image, "resources": {"limits": limits(entry)}}
+            ],
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 0,  # gone at once on cleanup: the slices free up
+            "automountServiceAccountToken": False,
+        },
+    }

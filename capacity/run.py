@@ -1,0 +1,213 @@
+"""The capacity run: create the mix's pods in their tenants, let HAMi place them, read what it
+did, and always remove what the run created (also on failure and on Ctrl-C)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from labcheck.cluster import Cluster, ClusterError, ClusterFactory, Obj
+from labcheck.context import default_service_account_probe
+from labcheck.hami import Slice, pending_reason, pod_slices
+from labcheck.objects import Created, Tracker
+from labcheck.placement import TenantMap, tenant_map
+from labcheck.runner import Interrupted, SignalGuard
+from labcheck.spec import Spec, lock_burst_budget
+from labcheck.waiting import Clock, wait_for
+
+from .hours import HoursReport, card_infos, holdings, slice_hours
+from .mix import Mix, check_tenants
+from .plan import PlannedPod, namespace_name, plan_pods, pod_manifest, run_labels
+from .records import is_placed, unfit_message
+
+PLACED, UNFIT, REFUSED, PENDING = "placed", "did not fit", "refused", "pending"
+
+
+@dataclass
+class PodResult:
+    planned: PlannedPod
+    namespace: str
+    state: str = PENDING
+    reason: str = ""  # HAMi's (or the API server's) words when not placed
+    node: str = ""
+    slices: list[Slice] = field(default_factory=list)
+    settled_after: float | None = None  # seconds from the first create to placed / judged
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.planned.name}"
+
+
+@dataclass
+class CapacityResult:
+    stack: str
+    run_id: str
+    mix: Mix
+    pods: list[PodResult] = field(default_factory=list)
+    maps: dict[str, TenantMap] = field(default_factory=dict)
+    hours: HoursReport | None = None
+    placement_seconds: float = 0.0  # first create to the last pod placed or judged
+    interrupted: int | None = None
+    cleanup_errors: list[str] = field(default_factory=list)
+    cleaned: int = 0
+
+    def count(self, *states: str) -> int:
+        return sum(p.state in states for p in self.pods)
+
+    def cards_used(self) -> list[str]:
+        return sorted({s.uuid for p in self.pods if p.state == PLACED for s in p.slices})
+
+    def verdict(self) -> str:
+        placed, unfit = self.count(PLACED), self.count(UNFIT, REFUSED)
+        line = (
+            f"{placed} pods on {len(self.cards_used())} cards; whole GPUs would need "
+            f"{self.mix.whole_gpus()}; {unfit} did not fit"
+        )
+        pending = self.count(PENDING)
+        return line + (f"; {pending} still pending" if pending else "")
+
+
+class Progress(Protocol):
+    def update(self, result: CapacityResult, elapsed: float) -> None: ...
+
+
+class _NoProgress:
+    def update(self, result: CapacityResult, elapsed: float) -> None:
+        pass
+
+
+@dataclass
+class RunSettings:
+    timeout: float | None = None  # None: labcheck's burst budget, 5 s per pod (>= 60 s)
+    poll_seconds: float = 1.0
+    wall: Callable[[], float] = time.time  # Unix time, for HAMi's bind-time stamps
+
+
+def _await_service_account(cl: Cluster, ns: str, clock: Clock, timeout: float) -> None:
+    """Pod admission refuses pods until the namespace's default ServiceAccount exists."""
+    probe = default_service_account_probe(cl, ns)
+    wait_for(probe, what=f"ServiceAccount {ns}/default", timeout=timeout, clock=clock)
+
+
+def _observe(result: CapacityResult, pods: dict[str, Obj], tenant: str, elapsed: float) -> None:
+    for rec in result.pods:
+        if rec.planned.tenant != tenant or rec.state != PENDING:
+            continue
+        pod = pods.get(rec.planned.name)
+        if pod is None:
+            continue
+        if is_placed(pod):
+            rec.state, rec.settled_after = PLACED, elapsed
+            rec.node = pod["spec"]["nodeName"]
+            rec.slices = pod_slices(pod)
+        elif message := unfit_message(pod):
+            rec.state, rec.reason, rec.settled_after = UNFIT, message, elapsed
+        else:
+            rec.reason = pending_reason(pod, []) or "no scheduling verdict yet"
+
+
+def run_capacity(
+    spec: Spec,
+    mix: Mix,
+    *,
+    factory: ClusterFactory,
+    clock: Clock,
+    run_id: str,
+    progress: Progress | None = None,
+    guard: SignalGuard | None = None,
+    settings: RunSettings | None = None,
+) -> CapacityResult:
+    check_tenants(mix, spec)
+    settings = settings or RunSettings()
+    progress = progress or _NoProgress()
+    timeout = settings.timeout or lock_burst_budget(mix.pod_count())
+    entries = {e.name: e for e in mix.entries}
+    ns = namespace_name(run_id)
+    result = CapacityResult(spec.stack, run_id, mix)
+    tracker = Tracker()
+    clusters = {t: factory(spec.tenant(t).kubeconfig, t) for t in mix.tenants}
+    try:
+        for cl in clusters.values():
+            cl.create_namespace(ns, run_labels(run_id))
+            tracker.add(Created(cl, "namespace", ns))
+        for cl in clusters.values():
+            _await_service_account(cl, ns, clock, spec.timeouts.api_seconds)
+        start = clock.now()
+        for planned in plan_pods(mix, run_id):
+            rec = PodResult(planned, ns)
+            result.pods.append(rec)
+            cl = clusters[planned.tenant]
+            body = pod_manifest(entries[planned.entry], planned.name, run_id, spec.test_image)
+            try:
+                cl.create_pod(ns, body)
+            except ClusterError as exc:
+                if exc.status != 403:  # an admission refusal is a verdict; anything else not
+                    raise
+                rec.state, rec.reason, rec.settled_after = REFUSED, exc.message, 0.0
+                continue
+            tracker.add(Created(cl, "pod", planned.name, ns))
+        _wait_placed(result, clusters, ns, clock, start, timeout, settings.poll_seconds, progress)
+        _explain(result, clusters, ns)
+        _snapshot(result, clusters, settings.wall())
+    except Interrupted as exc:
+        result.interrupted = exc.signum
+    finally:
+        if guard:
+            guard.cleaning = True
+        result.cleaned = len(tracker.items)
+        result.cleanup_errors = tracker.cleanup()
+    return result
+
+
+def _wait_placed(
+    result: CapacityResult,
+    clusters: dict[str, Cluster],
+    ns: str,
+    clock: Clock,
+    start: float,
+    timeout: float,
+    poll: float,
+    progress: Progress,
+) -> None:
+    while True:
+        for tenant, cl in clusters.items():
+            pods = {p["metadata"]["name"]: p for p in cl.list_pods(ns)}
+            _observe(result, pods, tenant, clock.now() - start)
+        elapsed = clock.now() - start
+        progress.update(result, elapsed)
+        if not result.count(PENDING) or elapsed >= timeout:
+            settled = [p.settled_after for p in result.pods if p.settled_after is not None]
+            result.placement_seconds = max(settled, default=0.0)
+            return
+        clock.sleep(min(poll, timeout - elapsed))
+
+
+def _explain(result: CapacityResult, clusters: dict[str, Cluster], ns: str) -> None:
+    """Add HAMi's FilteringFailed events to the reason of every pod that did not fit."""
+    for rec in result.pods:
+        if rec.state == UNFIT:
+            events = clusters[rec.planned.tenant].list_events(ns, rec.planned.name)
+            texts = [f"{e.get('reason', '')}: {e.get('message', '')}" for e in events]
+            rec.reason = " | ".join([rec.reason, *dict.fromkeys(texts)])
+
+
+def _snapshot(result: CapacityResult, clusters: dict[str, Cluster], now: float) -> None:
+    """The cards as HAMi holds them now (other workloads included), and the run's slice-hours:
+    each pod for the mix's duration from its bind time, or until now when the mix gives none."""
+    nodes: dict[str, list[Obj]] = {}
+    held, notes = [], []
+    durations = {p.key: p.planned.duration for p in result.pods}
+    ours = set(durations)
+    for tenant, cl in clusters.items():
+        nodes[tenant] = cl.list_nodes()
+        pods = cl.list_pods()
+        result.maps[tenant] = tenant_map(tenant, nodes[tenant], pods)
+        mine = [p for p in pods if f"{p['metadata']['namespace']}/{p['metadata']['name']}" in ours]
+        h, n = holdings(tenant, mine, now, durations)
+        held += h
+        notes += n
+    since = min((h.start for h in held), default=now)
+    until = max((h.end for h in held), default=now)
+    result.hours = slice_hours(held, since, until, card_infos(nodes), notes)

@@ -1,0 +1,134 @@
+"""The workload mix file: what it accepts, and errors that name the field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from capacity.mix import MixError, check_tenants, load_mix, parse_duration, parse_mix
+from capacity.plan import limits, plan_pods, pod_manifest
+from labcheck.spec import parse_spec
+from tests.capacity.hami_fake import capacity_lab
+
+MIXES = Path(__file__).resolve().parents[2] / "capacity" / "mixes"
+
+
+def entry(**over):
+    return {"tenant": "tenant-b", "name": "infer", "count": 2, "gpumem": 4000, **over}
+
+
+def error_of(data) -> str:
+    with pytest.raises(MixError) as exc:
+        parse_mix(data)
+    return str(exc.value)
+
+
+@pytest.mark.parametrize(
+    ("name", "pods", "whole"),
+    [("inference-heavy", 14, 14), ("notebook-heavy", 19, 19), ("cannot-fit", 7, 8)],
+)
+def test_the_example_mixes_load(name, pods, whole):
+    mix = load_mix(str(MIXES / f"{name}.yaml"))
+    assert (mix.name, mix.pod_count(), mix.whole_gpus()) == (name, pods, whole)
+    check_tenants(mix, parse_spec(capacity_lab().spec))  # only the lab stack's tenants
+
+
+def test_gpumem_is_mb_or_a_percentage_of_a_card():
+    mix = parse_mix({"entries": [entry(), entry(name="nb", gpumem="15%", gpus=2, gpucores=20)]})
+    mb, pct = mix.entries
+    assert (mb.gpumem.mb, mb.gpumem.percent, str(mb.gpumem)) == (4000, None, "4000 MB")
+    assert (pct.gpumem.mb, pct.gpumem.percent, str(pct.gpumem)) == (None, 15, "15%")
+    assert (mb.gpus, mb.gpucores, mb.duration) == (1, 0, None)
+    assert mix.whole_gpus() == 2 + 2 * 2
+
+
+@pytest.mark.parametrize(
+    ("bad", "field", "says"),
+    [
+        ({"gpumem": "6000"}, "gpumem", "must be MB as an integer (6000) or a percentage"),
+        ({"gpumem": "150%"}, "gpumem", "1% to 100%"),
+        ({"gpumem": "0%"}, "gpumem", "1% to 100%"),
+        ({"gpumem": 0}, "gpumem", "positive"),
+        ({"gpumem": True}, "gpumem", "must be MB"),
+        ({"count": 0}, "count", "greater than or equal to 1"),
+        ({"count": "3"}, "count", "valid integer"),
+        ({"gpucores": 101}, "gpucores", "less than or equal to 100"),
+        ({"gpus": 0}, "gpus", "greater than or equal to 1"),
+        ({"name": "Infer_1"}, "name", "lowercase letters"),
+        ({"duration": "8 hours"}, "duration", "such as '8h'"),
+        ({"duration": "0h"}, "duration", "longer than 0"),
+        ({"gpumemory": 1}, "gpumemory", "Extra inputs are not permitted"),
+    ],
+)
+def test_an_invalid_entry_names_its_field(bad, field, says):
+    text = error_of({"entries": [entry(name="a"), entry(name="b"), entry(**bad)]})
+    line = next(line for line in text.splitlines() if line.startswith("  mix."))
+    assert line.startswith(f"  mix.entries[2].{field}: "), text
+    assert says in line, text
+
+
+def test_missing_fields_duplicates_and_the_whole_file():
+    assert "  mix.entries[0].tenant: Field required" in error_of({"entries": [{"name": "x"}]})
+    assert "  mix.entries: List should have at least 1 item" in error_of({"entries": []})
+    assert "entry names must be unique: infer" in error_of({"entries": [entry(), entry()]})
+    assert "expected a mapping with 'entries'" in error_of(["not", "a", "mix"])
+
+
+def test_a_file_that_is_not_yaml_or_missing(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("entries: [\n")
+    with pytest.raises(MixError, match="not YAML"):
+        load_mix(str(bad))
+    with pytest.raises(MixError, match="cannot read mix file"):
+        load_mix(str(tmp_path / "none.yaml"))
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("8h", 28800), ("90m", 5400), ("1h30m", 5400), ("2d", 172800), (60, 60)]
+)
+def test_durations(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+def test_tenants_must_be_the_stack_s_and_have_gpus():
+    lab = capacity_lab()
+    lab.spec["tenants"][1]["gpus"] = {}
+    spec = parse_spec(lab.spec)
+    mix = parse_mix({"entries": [entry(tenant="tenant-c"), entry(name="b")]})
+    with pytest.raises(MixError) as exc:
+        check_tenants(mix, spec)
+    assert str(exc.value).splitlines()[1:] == [
+        "  mix.entries[0].tenant: no tenant 'tenant-c' in stack lab (tenants: tenant-a, tenant-b)",
+        "  mix.entries[1].tenant: tenant tenant-b has no GPU node",
+    ]
+
+
+@pytest.mark.upstream("hami-gpumem-percentage")
+def test_a_percentage_asks_hami_s_percentage_resource_and_no_mb():
+    mix = parse_mix({"entries": [entry(), entry(name="nb", gpumem="15%", gpucores=20, gpus=2)]})
+    assert limits(mix.entries[0]) == {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "4000"}
+    assert limits(mix.entries[1]) == {
+        "nvidia.com/gpu": "2",
+        "nvidia.com/gpumem-percentage": "15",
+        "nvidia.com/gpucores": "20",
+    }
+
+
+def test_the_plan_names_every_pod_in_file_order():
+    mix = parse_mix({"entries": [entry(count=2), entry(name="nb", count=1, duration="1h")]})
+    plan = plan_pods(mix, "1a2b3c4d")
+    assert [(p.name, p.duration) for p in plan] == [
+        ("cap-1a2b3c4d-infer-0", None),
+        ("cap-1a2b3c4d-infer-1", None),
+        ("cap-1a2b3c4d-nb-0", 3600),
+    ]
+    body = pod_manifest(mix.entries[0], plan[0].name, "1a2b3c4d", "registry.k8s.io/pause:3.10")
+    assert body["metadata"]["labels"] == {
+        "app.kubernetes.io/managed-by": "capacity",
+        "capacity.lab/run-id": "1a2b3c4d",
+        "capacity.lab/entry": "infer",
+    }
+    assert body["spec"]["terminationGracePeriodSeconds"] == 0
+    # The longest entry name still makes a valid pod name (<= 63 characters).
+    assert len(plan_pods(parse_mix({"entries": [entry(name="a" * 30)]}), "1a2b3c4d")[0].name) < 64
