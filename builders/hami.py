@@ -18,6 +18,13 @@ RUNTIME_HANDLER = "nvidia"  # the containerd runtime `nvidia-ctk runtime configu
 # (node gets, node and pod patches, binding, events) to about 1.3 s in a burst of GPU pods.
 EXTENDER_KUBE_QPS = 50
 EXTENDER_KUBE_BURST = 100
+# How long Bind waits for a held node lock instead of failing, for pods labelled as a PodGroup
+# (the capacity run's): a failed Bind waits out kube-scheduler's error backoff (1 s doubling to
+# 10 s), which made a 20-pod burst's last pod wait 30-50 s (docs/placement-time.md). HAMi's
+# default, set here so a changed default cannot switch it off; it must stay below the extender
+# httpTimeout HAMi's chart renders, or kube-scheduler gives up on the Bind first.
+NODE_LOCK_RETRY_SECONDS = 28
+CHART_EXTENDER_HTTP_TIMEOUT_SECONDS = 30  # charts/hami/templates/scheduler/configmap.yaml
 
 
 def nvml_mock_library_envs() -> tuple[list[dict[str, str]], list[dict[str, str]]]:
@@ -65,6 +72,7 @@ def extender_args(node_lock_timeout: str) -> list[str]:
         "--debug",
         "-v=4",
         f"--node-lock-timeout={node_lock_timeout}",
+        f"--node-lock-retry-timeout={NODE_LOCK_RETRY_SECONDS}s",
         f"--kube-qps={EXTENDER_KUBE_QPS}",
         f"--kube-burst={EXTENDER_KUBE_BURST}",
     ]

@@ -57,12 +57,23 @@ def limits(entry: Entry) -> dict[str, str]:
     return out
 
 
+# HAMi v2.10's Bind waits for a held node lock (polling, up to --node-lock-retry-timeout) only
+# for pods with this label; any other pod's Bind fails at once and waits out kube-scheduler's
+# error backoff (up to 10 s a try), which made the last pod of a burst take 30-50 s
+# (facts `hami-v2.10-pod-group-bind-waits-for-lock`, `kube-scheduler-bind-error-backoff`;
+# docs/placement-time.md). kube-scheduler itself ignores the label without the coscheduling
+# plugin, which HAMi's scheduler does not run.
+POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
+
+
 def pod_manifest(entry: Entry, name: str, run_id: str, image: str) -> Obj:
-    """A pause pod holding the entry's slices; it does no work, it only occupies the cards."""
+    """A pause pod holding the entry's slices; it does no work, it only occupies the cards.
+    The run's pods form one pod group, so a burst binds as fast as HAMi's lock allows."""
+    labels = {**run_labels(run_id, entry.name), POD_GROUP_LABEL: f"capacity-{run_id}"}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "labels": run_labels(run_id, entry.name)},
+        "metadata": {"name": name, "labels": labels},
         "spec": {
             "containers": [
                 {"name": "slice", "image": image, "resources": {"limits": limits(entry)}}

@@ -7,6 +7,8 @@ import json
 import pytest
 
 from builders.hami import (
+    CHART_EXTENDER_HTTP_TIMEOUT_SECONDS,
+    NODE_LOCK_RETRY_SECONDS,
     device_plugin_values,
     gpu_quota_manifest,
     hami_values,
@@ -78,3 +80,14 @@ def test_nvml_mock_library_is_on_both_hami_containers_library_path():
     }
     for other in (TENANT_A, GPU.tenants[0]):
         assert "extraEnvs" not in device_plugin_values(other, 10)
+
+
+@pytest.mark.upstream("hami-v2.10-pod-group-bind-waits-for-lock", "hami-chart-scheduler-config")
+def test_a_pod_group_members_bind_waits_for_the_node_lock_within_the_extender_timeout():
+    """Issue 20: HAMi's Bind waits for a held lock (instead of failing into kube-scheduler's
+    backoff) for PodGroup pods, up to --node-lock-retry-timeout; below the chart's 30 s
+    httpTimeout, so kube-scheduler does not give up on the Bind first."""
+    args = hami_values(TENANT_B, 10, "5m")["scheduler"]["extender"]["extraArgs"]
+    retry = [a for a in args if a.startswith("--node-lock-retry-timeout=")]
+    assert retry == ["--node-lock-retry-timeout=28s"]
+    assert NODE_LOCK_RETRY_SECONDS < CHART_EXTENDER_HTTP_TIMEOUT_SECONDS == 30

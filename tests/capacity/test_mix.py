@@ -128,7 +128,21 @@ def test_the_plan_names_every_pod_in_file_order():
         "app.kubernetes.io/managed-by": "capacity",
         "capacity.lab/run-id": "1a2b3c4d",
         "capacity.lab/entry": "infer",
+        "scheduling.x-k8s.io/pod-group": "capacity-1a2b3c4d",
     }
     assert body["spec"]["terminationGracePeriodSeconds"] == 0
     # The longest entry name still makes a valid pod name (<= 63 characters).
     assert len(plan_pods(parse_mix({"entries": [entry(name="a" * 30)]}), "1a2b3c4d")[0].name) < 64
+
+
+@pytest.mark.upstream("hami-v2.10-pod-group-bind-waits-for-lock")
+def test_a_runs_pods_form_one_pod_group_so_hamis_bind_waits_for_the_lock():
+    """Without the label every Bind that meets a held lock fails and backs off (the last pod of
+    a 20-pod burst after 30-50 s); tests/real/test_placement_burst.py measures both."""
+    mix = parse_mix({"entries": [entry(count=2)]})
+    bodies = [
+        pod_manifest(mix.entries[0], p.name, "1a2b3c4d", "pause")
+        for p in plan_pods(mix, "1a2b3c4d")
+    ]
+    groups = {body["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] for body in bodies}
+    assert groups == {"capacity-1a2b3c4d"}

@@ -1,0 +1,347 @@
+"""HAMi v2.10.0's scheduler extender played in Python, for the real kube-scheduler (issue 20).
+
+The real kube-scheduler calls it over HTTP as it calls HAMi's (`filterVerb: filter`, `bindVerb:
+bind`, `nodeCacheCapable: true`, the config HAMi's chart renders: ``scheduler_config``). What it
+does, and in which order, follows HAMi v2.10.0's source:
+
+- Filter (pkg/scheduler/scheduler.go:1067-1154): forget the pod's earlier allocation
+  (``TakeAndDeletePod``), fit it on a card of a registered node, count it at once
+  (``podManager.AddPod``), then one merge patch of the pod with the allocation annotations
+  (test_agent_real.HamiScheduler.filter); answer that node only. No node lock here. The card
+  is chosen as labcheck models HAMi's fit and spread score (labcheck.hami.CardState).
+- Bind (:998-1065): ``acquireNodeLocks``; a pod that is not a PodGroup member (label
+  ``scheduling.x-k8s.io/pod-group``, pkg/util/util.go:392) tries the lock once, a member retries
+  every 100 ms for ``--node-lock-retry-timeout`` (:972-996). ``LockNode`` / ``SetNodeLock``
+  (pkg/util/nodelock/nodelock.go:129-290): GET the node; a held, unexpired lock whose owner pod
+  exists is contention; else a merge patch of ``hami.io/mutex.lock`` with the node's
+  resourceVersion (a 409 retried by ``DefaultStrategy``: 5 steps from 100 ms, factor 2, jitter
+  0.5). Then the pod's ``bind-phase: allocating`` and ``bind-time``, then the Binding. Any
+  failure releases the pod's own lock and answers ``Error`` (kube-scheduler: a binding error).
+- The lock is freed by whoever completes the allocation: here the real gpu_agent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import random
+import threading
+import time
+import urllib.error
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from test_agent_real import (
+    BIND_TIME,
+    LOCK,
+    PHASE,
+    REGISTER,
+    WORK_NS,
+    HamiScheduler,
+    Rest,
+    annotations,
+    rfc3339_now,
+)
+
+from labcheck.hami import CardState
+
+POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"  # pkg/util/types.go:57
+LOCK_RETRY_POLL = 0.1  # acquireNodeLocks: time.After(100 * time.Millisecond)
+SET_LOCK_STEPS, SET_LOCK_FIRST, SET_LOCK_FACTOR, SET_LOCK_JITTER = 5, 0.1, 2.0, 0.5
+# cmd/scheduler/main.go:79-80: the flags' defaults, for a flag the program does not pass.
+FLAG_DEFAULTS = {"--node-lock-timeout": "5m", "--node-lock-retry-timeout": "28s"}
+# The resources the chart's managedResources helper names for NVIDIA (templates/_helpers.tpl).
+MANAGED = ("nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpucores")
+
+
+class Contention(Exception):
+    """nodelock.ErrNodeLockContention."""
+
+
+@dataclasses.dataclass
+class BindRecord:
+    placed_at: float | None = None  # time.monotonic() when its Binding was accepted
+    contended: int = 0  # Bind calls that met a held lock and failed
+
+
+def _request(pod: dict) -> tuple[int, int] | None:
+    """(MB, cores %) of a one-GPU pod, or None when it asks for no HAMi resource."""
+    limits = pod["spec"]["containers"][0].get("resources", {}).get("limits", {})
+    if "nvidia.com/gpu" not in limits:
+        return None
+    return int(limits.get("nvidia.com/gpumem", 0)), int(limits.get("nvidia.com/gpucores", 0))
+
+
+class HamiExtender:
+    """One node's HAMi extender; see the module docstring. ``records``: per "ns/name"."""
+
+    def __init__(self, api: Rest, node: str, extra_args: list[str]) -> None:
+        """``extra_args``: the extender flags the program gives HAMi (builders/hami.py)."""
+        self.api, self.node = api, node
+        self.lock_expire = flag_seconds(extra_args, "--node-lock-timeout")
+        self.lock_retry_timeout = flag_seconds(extra_args, "--node-lock-retry-timeout")
+        cards = json.loads(annotations(api.node(node))[REGISTER])
+        self.cards = [
+            CardState(c["id"], c["type"], c["devmem"], c["devcore"], c["count"]) for c in cards
+        ]
+        self.allocations: dict[str, tuple[CardState, int, int]] = {}  # pod uid -> what it holds
+        self.pods: dict[str, dict] = {}  # "ns/name" -> the pod as Filter saw it (the lister)
+        self.records: dict[str, BindRecord] = {}
+        self.mutex = threading.Lock()  # HAMi's podManager lock
+        self.node_mutex = threading.Lock()  # nodeLocks.getLock(node): SetNodeLock, Release
+        self.server: ThreadingHTTPServer | None = None
+
+    # -- HTTP ----------------------------------------------------------------------------------
+
+    def serve(self) -> str:
+        extender = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                args = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                verb = self.path.rstrip("/").rsplit("/", 1)[-1]
+                result = extender.filter(args) if verb == "filter" else extender.bind(args)
+                body = json.dumps(result).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *_: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+
+    def snapshot(self) -> dict[str, BindRecord]:
+        with self.mutex:
+            return {k: dataclasses.replace(r) for k, r in self.records.items()}
+
+    def forget_all(self) -> None:
+        """The pods were deleted (HAMi's onDelPod): nothing is allocated any more."""
+        with self.mutex:
+            for card in self.cards:
+                card.used = card.usedmem = card.usedcores = 0
+            self.allocations.clear()
+            self.pods.clear()
+            self.records.clear()
+
+    # -- Filter --------------------------------------------------------------------------------
+
+    def filter(self, args: dict) -> dict:
+        pod = args["Pod"]
+        names = args.get("NodeNames") or []
+        wanted = _request(pod)
+        if wanted is None:
+            return {"NodeNames": names}
+        meta = pod["metadata"]
+        key = f"{meta['namespace']}/{meta['name']}"
+        mem, cores = wanted
+        with self.mutex:
+            held = self.allocations.pop(meta["uid"], None)  # TakeAndDeletePod
+            if held:
+                _charge(*held, sign=-1)
+            failed = {n: "node unregistered" for n in names if n != self.node}
+            fitting = [c for c in self.cards if c.fits(mem, cores)] if self.node in names else []
+            if not fitting:
+                failed.setdefault(self.node, "CardInsufficientMemory")
+                return {"FailedNodes": failed}
+            card = min(fitting, key=CardState.score)  # the tenant's gpu policy: spread
+            _charge(card, mem, cores)
+            self.allocations[meta["uid"]] = (card, mem, cores)
+            self.pods[key] = pod
+            self.records.setdefault(key, BindRecord())
+        assert meta["namespace"] == WORK_NS  # where HamiScheduler writes
+        HamiScheduler(self.api, self.node).filter(meta["name"], card.id, mem, cores)
+        return {"NodeNames": [self.node]}
+
+    # -- Bind ----------------------------------------------------------------------------------
+
+    def bind(self, args: dict) -> dict:
+        ns, name, node = args["PodNamespace"], args["PodName"], args["Node"]
+        key = f"{ns}/{name}"
+        pod = self.pods.get(key)
+        if pod is None:
+            return {"Error": f"pod {key} not found in cache"}
+        try:
+            self.acquire_lock(pod)
+        except (Contention, urllib.error.HTTPError) as exc:
+            with self.mutex:
+                self.records[key].contended += isinstance(exc, Contention)
+            self.release_own(ns, name)
+            return {"Error": f"node {node} is locked: {exc}"}
+        path = f"/api/v1/namespaces/{ns}/pods/{name}"
+        try:
+            phase = {PHASE: "allocating", BIND_TIME: str(int(time.time()))}
+            self.api.call("PATCH", path, {"metadata": {"annotations": phase}})
+            binding = {
+                "apiVersion": "v1",
+                "kind": "Binding",
+                "metadata": {"name": name, "namespace": ns, "uid": args["PodUID"]},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+            }
+            self.api.call("POST", f"{path}/binding", binding)
+        except urllib.error.HTTPError as exc:
+            self.release_own(ns, name)
+            return {"Error": f"bind {key}: {exc}"}
+        with self.mutex:
+            self.records[key].placed_at = time.monotonic()
+        return {}
+
+    def acquire_lock(self, pod: dict) -> None:
+        member = bool((pod["metadata"].get("labels") or {}).get(POD_GROUP_LABEL))
+        if not member or self.lock_retry_timeout <= 0:
+            self.lock_node(pod)
+            return
+        deadline = time.monotonic() + self.lock_retry_timeout
+        while True:
+            try:
+                self.lock_node(pod)
+                return
+            except Contention:
+                if time.monotonic() > deadline:
+                    raise
+                with self.mutex:
+                    self.records[_key(pod)].contended += 1
+            time.sleep(LOCK_RETRY_POLL)
+
+    def lock_node(self, pod: dict) -> None:
+        """nodelock.LockNode: a free node, an expired lock or one of a gone pod is taken."""
+        ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        value = annotations(self.api.node(self.node)).get(LOCK)
+        if value is not None:
+            stamp, owner_ns, owner = [*value.split(","), "", ""][:3]
+            age = time.time() - _parse_rfc3339(stamp)
+            if (owner_ns, owner) == (ns, name):
+                return
+            if age <= self.lock_expire and _pod_exists(self.api, owner_ns, owner):
+                raise Contention(value)
+            self.release(lambda v: v == value)
+        self.set_lock(ns, name)
+
+    def set_lock(self, ns: str, name: str) -> None:
+        """nodelock.SetNodeLock: refuse a held lock; a 409 is retried with DefaultStrategy."""
+        with self.node_mutex:
+            self._set_lock(ns, name)
+
+    def _set_lock(self, ns: str, name: str) -> None:
+        delay = SET_LOCK_FIRST
+        for step in range(SET_LOCK_STEPS):
+            node = self.api.node(self.node)
+            value = annotations(node).get(LOCK)
+            if value is not None:
+                if value.endswith(f",{ns},{name}"):
+                    return
+                raise Contention(value)
+            body = {
+                "metadata": {
+                    "annotations": {LOCK: f"{rfc3339_now()},{ns},{name}"},
+                    "resourceVersion": node["metadata"]["resourceVersion"],
+                }
+            }
+            try:
+                self.api.call("PATCH", f"/api/v1/nodes/{self.node}", body)
+                return
+            except urllib.error.HTTPError as exc:
+                if exc.code != 409 or step == SET_LOCK_STEPS - 1:
+                    raise
+            time.sleep(delay * (1 + SET_LOCK_JITTER * random.random()))
+            delay *= SET_LOCK_FACTOR
+
+    def release_own(self, ns: str, name: str) -> None:
+        """releaseAllDevices after a failed Bind: only a lock this pod holds."""
+        with contextlib.suppress(urllib.error.HTTPError):  # HAMi logs it; the agent frees it
+            self.release(lambda v: v.endswith(f",{ns},{name}"))
+
+    def release(self, still: Any) -> None:
+        with self.node_mutex:
+            self._release(still)
+
+    def _release(self, still: Any) -> None:
+        for _ in range(SET_LOCK_STEPS):
+            node = self.api.node(self.node)
+            value = annotations(node).get(LOCK)
+            if value is None or not still(value):
+                return
+            body = {
+                "metadata": {
+                    "annotations": {LOCK: None},
+                    "resourceVersion": node["metadata"]["resourceVersion"],
+                }
+            }
+            try:
+                self.api.call("PATCH", f"/api/v1/nodes/{self.node}", body)
+                return
+            except urllib.error.HTTPError as exc:
+                if exc.code != 409:
+                    raise
+
+
+def flag_seconds(args: list[str], flag: str) -> float:
+    """A Go duration flag's value (``28s``, ``5m``) as the extender would parse it."""
+    values = [a.split("=", 1)[1] for a in args if a.startswith(f"{flag}=")]
+    value = values[-1] if values else FLAG_DEFAULTS[flag]
+    return float(value[:-1]) * {"s": 1, "m": 60}[value[-1]]
+
+
+def _charge(card: CardState, mem: int, cores: int, sign: int = 1) -> None:
+    card.used += sign
+    card.usedmem += sign * mem
+    card.usedcores += sign * cores
+
+
+def _key(pod: dict) -> str:
+    return f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+
+
+def _parse_rfc3339(stamp: str) -> float:
+    return time.mktime(time.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ")) - time.timezone
+
+
+def _pod_exists(api: Rest, ns: str, name: str) -> bool:
+    if not ns or not name:
+        return True  # a legacy timestamp-only lock: only its expiry frees it
+    try:
+        api.pod(name, ns)
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return False
+        raise
+    return True
+
+
+def scheduler_config(extender_url: str, kubeconfig: str, backoff: tuple[int, int] | None) -> dict:
+    """The KubeSchedulerConfiguration HAMi v2.10.0's chart renders (templates/scheduler/
+    configmap.yaml, no admission webhook TLS here), with the test's kubeconfig; ``backoff``
+    adds podInitialBackoffSeconds/podMaxBackoffSeconds, which the chart cannot render."""
+    config: dict[str, Any] = {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "clientConnection": {"kubeconfig": kubeconfig},
+        "leaderElection": {"leaderElect": False},
+        "profiles": [{"schedulerName": "hami-scheduler"}],
+        "extenders": [
+            {
+                "urlPrefix": extender_url,
+                "enableHTTPS": False,
+                "filterVerb": "filter",
+                "bindVerb": "bind",
+                "nodeCacheCapable": True,
+                "weight": 1,
+                "httpTimeout": "30s",
+                "managedResources": [{"name": n, "ignoredByScheduler": True} for n in MANAGED],
+            }
+        ],
+    }
+    if backoff:
+        config["podInitialBackoffSeconds"], config["podMaxBackoffSeconds"] = backoff
+    return config
