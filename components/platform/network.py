@@ -13,6 +13,11 @@ from labconfig.addresses import NetworkPlan
 # Docker NATs the bridge so nodes reach registries; kind sets the same option on its network.
 MASQUERADE_OPTION = "com.docker.network.bridge.enable_ip_masquerade"
 MTU_OPTION = "com.docker.network.driver.mtu"
+# The provider never sends `ipv6 = false` (it sends only non-zero values), and Docker >= 27 then
+# takes IPv6 from this driver option, which the daemon's default-network-opts fill in when the
+# request leaves it out: stated here, it wins over them. Docker 17.03 to 26 parse it and let the
+# request's own EnableIPv6 (false) decide (docs/upstream-facts/host-tier.md).
+IPV6_OPTION = "com.docker.network.enable_ipv6"
 PROBE_TIMEOUT_SECONDS = 10
 
 
@@ -65,8 +70,9 @@ def creation_mtu() -> int:
 
 
 def bridge_options(mtu: int) -> dict[str, str]:
-    """kind's network options: masquerade, plus the daemon's MTU when it is known."""
-    options = {MASQUERADE_OPTION: "true"}
+    """kind's network options: masquerade, plus the daemon's MTU when it is known; and IPv6
+    off, whatever the daemon's defaults say."""
+    options = {MASQUERADE_OPTION: "true", IPV6_OPTION: "false"}
     if mtu > 0:
         options[MTU_OPTION] = str(mtu)
     return options
@@ -117,6 +123,10 @@ class LabNetwork(pulumi.ComponentResource):
                 # everything on it. The options are fixed when it is created, as kind never
                 # touches an existing network: a later probe (slow, failed, or a daemon MTU
                 # that changed) never rebuilds the lab. A new MTU: `--replace` the network.
+                # Likewise a lab network made before IPV6_OPTION was declared keeps its options
+                # (the engine diffs the state's old inputs for them) and is not replaced; it is
+                # IPv4-only unless a Docker >= 27 with IPv6 default-network-opts made it (that
+                # one differs in `ipv6` already: `make destroy`, then `make up`).
                 ignore_changes=["options"],
             ),
         )

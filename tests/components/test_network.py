@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from components.platform.network import (
+    IPV6_OPTION,
     MTU_OPTION,
     MtuProbeFailed,
     bridge_options,
@@ -79,7 +80,10 @@ def test_a_second_up_never_changes_the_networks_options(probe: str):
 @pytest.mark.upstream("kind-network-mtu-from-default-bridge")
 def test_lab_network_carries_the_daemon_mtu():
     """m1: as kind creates its own network: masquerade, and the MTU only when it is known."""
-    assert bridge_options(0) == {"com.docker.network.bridge.enable_ip_masquerade": "true"}
+    assert bridge_options(0) == {
+        "com.docker.network.bridge.enable_ip_masquerade": "true",
+        IPV6_OPTION: "false",
+    }
     assert bridge_options(1450)[MTU_OPTION] == "1450"
     host = MockHost(bridge_mtu="1380")
     network = run_program(LAB, host=host).named("lab-network-bridge")
@@ -88,6 +92,18 @@ def test_lab_network_carries_the_daemon_mtu():
     ]
     assert network.inputs["options"] == {
         "com.docker.network.bridge.enable_ip_masquerade": "true",
+        IPV6_OPTION: "false",
         MTU_OPTION: "1380",
     }
     assert network.delete_before_replace is True
+
+
+@pytest.mark.upstream("docker-network-enable-ipv6-option")
+@pytest.mark.parametrize("probe", ["1380", None])
+def test_the_lab_network_says_ipv6_off_in_its_driver_options(probe: str | None):
+    """The provider never sends `ipv6 = false`; Docker >= 27 then reads IPv6 from this driver
+    option, which a daemon's default-network-opts could set to true. Declared, it wins."""
+    assert IPV6_OPTION == "com.docker.network.enable_ipv6"
+    network = run_program(LAB, host=MockHost(bridge_mtu=probe)).named("lab-network-bridge")
+    assert network.inputs["ipv6"] is False
+    assert network.inputs["options"][IPV6_OPTION] == "false"

@@ -19,8 +19,14 @@ import pytest
 from docker_host import Docker
 from program import CreatedNetwork, lab_plan
 
-from components.platform.network import MASQUERADE_OPTION, MTU_OPTION, bridge_options
+from components.platform.network import (
+    IPV6_OPTION,
+    MASQUERADE_OPTION,
+    MTU_OPTION,
+    bridge_options,
+)
 from tests.support.docker_readback import (
+    daemon_network,
     network_attributes,
     network_planned_replacements,
     network_state,
@@ -38,10 +44,47 @@ def global_ipv6(ip_addr_output: str) -> list[str]:
 
 @pytest.mark.upstream("docker-provider-network-create-request")
 def test_the_provider_never_sends_ipv6_false(lab_network: CreatedNetwork):
-    """GetOk skips a false bool: the daemon's default decides IPv6 (it is off here)."""
+    """GetOk skips a false bool: the program's driver option says it instead."""
     assert lab_network.inputs["ipv6"] is False
     assert "EnableIPv6" not in lab_network.request
+    assert lab_network.request["Options"][IPV6_OPTION] == "false"
     assert lab_network.request["IPAM"]["Driver"] == "default"
+
+
+def engine_version(docker: Docker) -> tuple[int, int]:
+    """(major, minor) of the daemon's Engine version (`20.10.24+dfsg1`: (20, 10))."""
+    version = docker.run("version", "--format", "{{.Server.Version}}").stdout.strip()
+    major, minor = version.split(".")[:2]
+    return int(major), int(minor)
+
+
+@pytest.mark.upstream("docker-network-enable-ipv6-option")
+def test_the_daemon_takes_the_ipv6_option_and_keeps_it(docker: Docker, lab_network: CreatedNetwork):
+    """The engine accepts the option, makes the network IPv4-only and reads the option back
+    (no `options` diff), as the model of its createNetwork says for this version."""
+    made = daemon_network(lab_network.request, engine_version(docker))
+    assert lab_network.inspect["EnableIPv6"] is made["EnableIPv6"] is False
+    assert lab_network.inspect["Options"] == made["Options"]
+    assert lab_network.inspect["Options"][IPV6_OPTION] == "false"
+
+
+@pytest.mark.upstream("docker-network-enable-ipv6-option")
+def test_the_daemon_parses_the_ipv6_option(docker: Docker, lab_network: CreatedNetwork):
+    """The option is read, not passed through: a value that is not a bool is refused."""
+    request = {
+        **lab_network.request,
+        "Name": f"{lab_network.name}-ipv6-probe",
+        "Options": {**lab_network.request["Options"], IPV6_OPTION: "maybe"},
+        "IPAM": {"Driver": "default", "Config": [{"Subnet": "198.18.0.0/24"}]},
+    }
+    version = docker.api_version()
+    status, _, body = docker.api("POST", f"/v{version}/networks/create", request)
+    if status == 201:
+        docker.api("DELETE", f"/networks/{body['Id']}")
+    assert status in (400, 500), body  # 20.10 answers 500, 27+ 400 (InvalidParameter)
+    assert IPV6_OPTION in body["message"] and "maybe" in body["message"]
+    with pytest.raises(ValueError, match="not a valid bool"):
+        daemon_network(request, engine_version(docker))
 
 
 @pytest.mark.upstream("docker-provider-network-create-request")

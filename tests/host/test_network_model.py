@@ -8,16 +8,21 @@ from typing import Any
 
 import pytest
 
+from components.platform.network import IPV6_OPTION, MTU_OPTION
 from tests.support.docker_readback import (
+    daemon_network,
     negotiated_api_version,
     network_attributes,
     network_create_request,
     network_planned_replacements,
     network_state,
+    pulumi_ignore_changes,
 )
-from tests.support.pulumi_harness import lab_stack_config, run_program
+from tests.support.pulumi_harness import MockHost, lab_stack_config, run_program
 
 MASQUERADE = {"com.docker.network.bridge.enable_ip_masquerade": "true"}
+# The options the program declares on a host whose default bridge reports MTU 1500.
+LAB_OPTIONS = {**MASQUERADE, IPV6_OPTION: "false", MTU_OPTION: "1500"}
 LAB_IPAM = {
     "Driver": "default",
     "Options": None,
@@ -34,15 +39,21 @@ INSPECT: dict[str, Any] = {
     "Internal": False,
     "Attachable": False,
     "Ingress": False,
-    "Options": {**MASQUERADE, "com.docker.network.driver.mtu": "1500"},
+    "Options": LAB_OPTIONS,
     "Labels": {"app.kubernetes.io/part-of": "kamaji-hami-lab"},
 }
 
 
+def lab_network_registration():
+    """The program's `lab-network-bridge` on a host whose default bridge has MTU 1500."""
+    return run_program(lab_stack_config(), host=MockHost(bridge_mtu="1500")).named(
+        "lab-network-bridge"
+    )
+
+
 def lab_inputs() -> dict[str, Any]:
-    """What the program declares for the network (the harness's host: a 1500 MTU bridge)."""
-    inputs = run_program(lab_stack_config()).named("lab-network-bridge").inputs
-    return {**inputs, "options": {**MASQUERADE, "com.docker.network.driver.mtu": "1500"}}
+    """What the program declares for the network."""
+    return lab_network_registration().inputs
 
 
 @pytest.mark.upstream("docker-provider-network-create-request")
@@ -115,7 +126,7 @@ def changed(**fields: Any) -> dict[str, Any]:
             ),
             {"ipv6", "ipam_config"},
         ),
-        (changed(Options=MASQUERADE), {"options"}),  # the MTU option gone
+        (changed(Options={**MASQUERADE, IPV6_OPTION: "false"}), {"options"}),  # no MTU
         (changed(Labels={}), {"labels"}),
         (changed(IPAM={**INSPECT["IPAM"], "Options": {"x": "y"}}), {"ipam_options"}),
     ],
@@ -132,3 +143,59 @@ def test_computed_attributes_left_out_keep_what_docker_has():
     declared = {k: v for k, v in lab_inputs().items() if k not in ("options", "driver")}
     read = network_state(changed(Options={"anything": "1"}, Driver="bridge", Internal=True))
     assert network_planned_replacements(network_attributes(declared), read) == set()
+
+
+# daemon.json of a host that wants IPv6 on every new bridge network (Docker >= 24 reads it).
+IPV6_BY_DEFAULT = {"bridge": {IPV6_OPTION: "true"}}
+# Each engine with the API version its daemon reports.
+ENGINES = {(20, 10): "1.41", (24, 0): "1.43", (26, 1): "1.45", (27, 0): "1.46", (28, 5): "1.51"}
+
+
+@pytest.mark.upstream("docker-network-enable-ipv6-option")
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_daemon_whose_defaults_enable_ipv6_still_makes_the_lab_network_ipv4_only(
+    engine: tuple[int, int],
+):
+    """The provider leaves `ipv6 = false` out; the lab's driver option says it instead, and a
+    request's option wins over the daemon's default-network-opts: IPv4 only on every engine,
+    and what Docker reads back gives the provider no diff."""
+    attributes = network_attributes(lab_inputs())
+    request = network_create_request(attributes, negotiated_api_version(ENGINES[engine]))
+    made = daemon_network(request, engine, IPV6_BY_DEFAULT)
+    assert made["EnableIPv6"] is False
+    inspect = changed(**made)
+    assert network_planned_replacements(attributes, network_state(inspect)) == set()
+
+
+@pytest.mark.upstream("docker-network-enable-ipv6-option")
+def test_how_the_daemon_resolves_ipv6():
+    """The model of moby's createNetwork the test above relies on."""
+    bare: dict[str, Any] = {"Name": "n", "Driver": "bridge", "Options": None}
+    # left out: 27+ takes the daemon's default option, older engines a false bool
+    assert daemon_network(bare, (28, 5), IPV6_BY_DEFAULT)["EnableIPv6"] is True
+    assert daemon_network(bare, (27, 0), IPV6_BY_DEFAULT)["EnableIPv6"] is True
+    assert daemon_network(bare, (26, 1), IPV6_BY_DEFAULT) == {
+        "EnableIPv6": False,
+        "Options": {IPV6_OPTION: "true"},  # merged all the same: a read-back `options` diff
+    }
+    assert daemon_network(bare, (20, 10), IPV6_BY_DEFAULT) == {"EnableIPv6": False, "Options": {}}
+    # a value in the request: the option is dropped from 27 on
+    explicit = {**bare, "EnableIPv6": True, "Options": {IPV6_OPTION: "false"}}
+    assert daemon_network(explicit, (28, 5)) == {"EnableIPv6": True, "Options": {}}
+    with pytest.raises(ValueError, match="not a valid bool"):
+        daemon_network({**bare, "Options": {IPV6_OPTION: "maybe"}}, (20, 10))
+
+
+@pytest.mark.upstream("pulumi-ignore-changes-keeps-old-inputs")
+def test_an_existing_lab_network_is_not_replaced_for_the_ipv6_option():
+    """A lab network created before the program declared IPV6_OPTION: its state holds the old
+    options; `ignore_changes` makes the engine diff those, so nothing is replaced."""
+    registration = lab_network_registration()
+    old_options = {k: v for k, v in LAB_OPTIONS.items() if k != IPV6_OPTION}
+    old_inputs = {**registration.inputs, "options": old_options}
+    state = network_state(changed(Options=old_options))
+    diffed = pulumi_ignore_changes(registration.inputs, old_inputs, registration.ignore_changes)
+    assert network_planned_replacements(network_attributes(diffed), state) == set()
+    # without ignore_changes the new key alone would replace the network and the lab on it
+    new = network_attributes(registration.inputs)
+    assert network_planned_replacements(new, state) == {"options"}

@@ -244,6 +244,55 @@ def network_planned_replacements(attributes: dict[str, Any], state: dict[str, An
     }
 
 
+# --- what the daemon makes of a network create request (moby/moby) --------------------------
+#
+# docs/upstream-facts/host-tier.md, `docker-network-enable-ipv6-option`: only the IPv6 switch
+# and the driver options, for a request without ConfigFrom.
+
+IPV6_OPTION = "com.docker.network.enable_ipv6"
+# Go's strconv.ParseBool, which the daemon and the bridge driver use for the option.
+GO_BOOLS = {"1": True, "t": True, "T": True, "TRUE": True, "true": True, "True": True,
+            "0": False, "f": False, "F": False, "FALSE": False, "false": False,
+            "False": False}  # fmt: skip
+
+
+def daemon_network(
+    request: dict[str, Any],
+    engine: tuple[int, int],
+    default_network_opts: dict[str, dict[str, str]] | None = None,
+) -> dict[str, Any]:
+    """`EnableIPv6` and `Options` of the network Docker Engine `engine` (major, minor) creates
+    for `request`, with daemon.json's `default-network-opts` (read from 24.0 on). Raises
+    ValueError where the daemon refuses the request (the option is not a Go bool)."""
+    options = dict(request.get("Options") or {})
+    if engine >= (24, 0):  # the defaults fill only the keys the request leaves out
+        driver = request.get("Driver") or "bridge"
+        for key, value in (default_network_opts or {}).get(driver, {}).items():
+            options.setdefault(key, value)
+    if IPV6_OPTION in options and options[IPV6_OPTION] not in GO_BOOLS:
+        raise ValueError(f"{IPV6_OPTION}: {options[IPV6_OPTION]!r} is not a valid bool")
+    if engine < (27, 0):  # a plain bool in the request: left out is false, the option unused
+        return {"EnableIPv6": bool(request.get("EnableIPv6")), "Options": options}
+    if "EnableIPv6" in request:  # a *bool from 27 on: a value given wins, the option is dropped
+        options.pop(IPV6_OPTION, None)
+        return {"EnableIPv6": bool(request["EnableIPv6"]), "Options": options}
+    return {"EnableIPv6": GO_BOOLS.get(options.get(IPV6_OPTION, "false")), "Options": options}
+
+
+def pulumi_ignore_changes(
+    inputs: dict[str, Any], old_inputs: dict[str, Any], ignore_changes: list[str]
+) -> dict[str, Any]:
+    """The inputs the engine diffs for a resource already in the state: each top-level
+    `ignore_changes` property takes its old value (pulumi/pulumi `processIgnoreChanges`)."""
+    ignored = dict(inputs)
+    for name in ignore_changes:
+        if name in old_inputs:
+            ignored[name] = old_inputs[name]
+        else:
+            ignored.pop(name, None)
+    return ignored
+
+
 # --- docker_container: the create request and the Read, for the inputs the lab's workers set --
 #
 # `resourceDockerContainerCreate` / `resourceDockerContainerRead` of terraform-provider-docker
