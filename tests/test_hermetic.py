@@ -79,7 +79,8 @@ def test_no_program_run_asks_the_machines_docker(tmp_path: Path, monkeypatch: py
     for preview in (False, True):
         network = run_program(LAB, preview=preview).named("lab-network-bridge")
         assert network.inputs["options"] == {
-            "com.docker.network.bridge.enable_ip_masquerade": "true"
+            "com.docker.network.bridge.enable_ip_masquerade": "true",
+            "com.docker.network.enable_ipv6": "false",
         }
     assert not log.exists(), log.read_text()
 

@@ -21,7 +21,10 @@ def test_network_is_one_ipv4_ipam_entry_with_a_container_range():
         "172.30.0.1",
         "172.30.0.0/17",
     )
-    assert bridge_options(0) == {"com.docker.network.bridge.enable_ip_masquerade": "true"}
+    assert bridge_options(0) == {
+        "com.docker.network.bridge.enable_ip_masquerade": "true",
+        "com.docker.network.enable_ipv6": "false",
+    }
 
 
 def test_worker_container_has_kinds_node_flags():
