@@ -50,6 +50,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds to wait for placement (default: 5 s per pod, at least 60 s)",
     )
     p.add_argument(
+        "--namespace",
+        metavar="NS",
+        help="create the pods in this existing namespace of every tenant of the mix, and delete "
+        "only them (default: a namespace of the run's own, created and deleted; a tenant user "
+        "who may not create namespaces needs this)",
+    )
+    p.add_argument(
         "--report-dir",
         type=Path,
         help="write capacity-report.json, capacity-hours.csv and capacity-placement.png/.svg",
@@ -133,7 +140,7 @@ def _run(
             run_id=run_id,
             progress=progress,
             guard=guard,
-            settings=RunSettings(timeout=args.timeout, wall=wall),
+            settings=RunSettings(timeout=args.timeout, wall=wall, namespace=args.namespace),
         )
     finally:
         if own_guard:

@@ -15,7 +15,7 @@ from labcheck.picture import card_line, render, summary_line
 
 from . import __version__
 from .hours import rows, table, to_csv
-from .run import PENDING, PLACED, CapacityResult
+from .run import PENDING, PLACED, CapacityResult, cleanup_failure
 
 JSON_NAME = "capacity-report.json"
 CSV_NAME = "capacity-hours.csv"
@@ -77,14 +77,12 @@ def terminal_lines(result: CapacityResult) -> list[str]:
         )
     if result.hours is not None and result.hours.by_tenant:
         lines += table(result.hours)
+    lines += [f"note: {n}" for n in result.notes]
     if result.interrupted is not None:
         lines.append("INTERRUPTED: the run stopped early; what it created was removed")
     cleanup = f"cleanup: deleted {result.cleaned} object(s) by name"
     if result.cleanup_errors:
-        cleanup += (
-            "; FAILED: " + "; ".join(result.cleanup_errors) + " (delete by hand: kubectl delete "
-            f"ns -l capacity.lab/run-id={result.run_id})"
-        )
+        cleanup += "; " + cleanup_failure(result)
     lines.append(cleanup)
     lines.append(result.verdict())
     return lines
@@ -127,6 +125,8 @@ def to_json(result: CapacityResult) -> dict[str, Any]:
         ],
         "cards": {t: m.to_json() for t, m in result.maps.items()},
         "sliceHours": rows(result.hours) if result.hours else [],
+        "namespace": result.namespace,
+        "notes": result.notes,
         "interrupted": result.interrupted is not None,
         "cleanupErrors": result.cleanup_errors,
     }

@@ -23,6 +23,13 @@ from .plan import PlannedPod, namespace_name, plan_pods, pod_manifest, run_label
 from .records import is_placed, unfit_message
 
 PLACED, UNFIT, REFUSED, PENDING = "placed", "did not fit", "refused", "pending"
+# What the API server's RBAC authorizer says when it refuses a request (fact
+# `kube-rbac-forbidden-message`): a missing permission, not a verdict on the pod.
+RBAC_REFUSAL = " cannot create resource "
+NODES_NEEDED = (
+    "the run reads the cards HAMi registered on the nodes, so it needs `list nodes` "
+    "(cluster-scoped: a ClusterRole; see docs/capacity.md, 'As a tenant user')"
+)
 
 
 @dataclass
@@ -52,6 +59,9 @@ class CapacityResult:
     interrupted: int | None = None
     cleanup_errors: list[str] = field(default_factory=list)
     cleaned: int = 0
+    namespace: str = ""  # where the run's pods were created
+    own_namespace: bool = True  # created (and deleted) by the run; False with --namespace
+    notes: list[str] = field(default_factory=list)
 
     def count(self, *states: str) -> int:
         return sum(p.state in states for p in self.pods)
@@ -83,12 +93,39 @@ class RunSettings:
     timeout: float | None = None  # None: labcheck's burst budget, 5 s per pod (>= 60 s)
     poll_seconds: float = 1.0
     wall: Callable[[], float] = time.time  # Unix time, for HAMi's bind-time stamps
+    # An existing namespace to create the pods in (neither created nor deleted by the run): a
+    # tenant user who may not create namespaces (cluster-scoped) can still run a mix.
+    namespace: str | None = None
 
 
 def _await_service_account(cl: Cluster, ns: str, clock: Clock, timeout: float) -> None:
     """Pod admission refuses pods until the namespace's default ServiceAccount exists."""
     probe = default_service_account_probe(cl, ns)
     wait_for(probe, what=f"ServiceAccount {ns}/default", timeout=timeout, clock=clock)
+
+
+def _read_nodes(tenant: str, cl: Cluster) -> None:
+    """Before anything is created: the run cannot report without the nodes, so a user who may
+    not read them learns it at once, with the permission named."""
+    try:
+        cl.list_nodes()
+    except ClusterError as exc:
+        if exc.status != 403:
+            raise
+        raise ClusterError(403, f"{tenant}: {NODES_NEEDED}; {exc.message}") from None
+
+
+def _create_namespace(tenant: str, cl: Cluster, ns: str, run_id: str) -> None:
+    try:
+        cl.create_namespace(ns, run_labels(run_id))
+    except ClusterError as exc:
+        if exc.status != 403:
+            raise
+        raise ClusterError(
+            403,
+            f"{tenant}: {exc.message}; a user who may not create namespaces can run the "
+            "mix in a namespace it owns: --namespace NS",
+        ) from None
 
 
 def _observe(result: CapacityResult, pods: dict[str, Obj], tenant: str, elapsed: float) -> None:
@@ -124,15 +161,18 @@ def run_capacity(
     progress = progress or _NoProgress()
     timeout = settings.timeout or lock_burst_budget(mix.pod_count())
     entries = {e.name: e for e in mix.entries}
-    ns = namespace_name(run_id)
-    result = CapacityResult(spec.stack, run_id, mix)
+    own = settings.namespace is None
+    ns = settings.namespace or namespace_name(run_id)
+    result = CapacityResult(spec.stack, run_id, mix, namespace=ns, own_namespace=own)
     tracker = Tracker()
     clusters = {t: factory(spec.tenant(t).kubeconfig, t) for t in mix.tenants}
     try:
-        for cl in clusters.values():
-            cl.create_namespace(ns, run_labels(run_id))
+        for tenant, cl in clusters.items():
+            _read_nodes(tenant, cl)
+        for tenant, cl in clusters.items() if own else ():
+            _create_namespace(tenant, cl, ns, run_id)
             tracker.add(Created(cl, "namespace", ns))
-        for cl in clusters.values():
+        for cl in clusters.values() if own else ():
             _await_service_account(cl, ns, clock, spec.timeouts.api_seconds)
         start = clock.now()
         for planned in plan_pods(mix, run_id):
@@ -140,25 +180,50 @@ def run_capacity(
             result.pods.append(rec)
             cl = clusters[planned.tenant]
             body = pod_manifest(entries[planned.entry], planned.name, run_id, spec.test_image)
+            # Tracked before it is asked for: a Ctrl-C after the API server created the pod but
+            # before the answer arrived must not leave it (cleanup takes a 404 as done).
+            item = Created(cl, "pod", planned.name, ns)
+            tracker.add(item)
             try:
                 cl.create_pod(ns, body)
             except ClusterError as exc:
-                if exc.status != 403:  # an admission refusal is a verdict; anything else not
+                # An admission refusal (HAMi's webhook, a quota) is a verdict on the pod; RBAC's
+                # or any other failure is not.
+                if exc.status != 403 or RBAC_REFUSAL in exc.message:
                     raise
+                tracker.forget(item)
                 rec.state, rec.reason, rec.settled_after = REFUSED, exc.message, 0.0
-                continue
-            tracker.add(Created(cl, "pod", planned.name, ns))
         _wait_placed(result, clusters, ns, clock, start, timeout, settings.poll_seconds, progress)
         _explain(result, clusters, ns)
         _snapshot(result, clusters, settings.wall())
     except Interrupted as exc:
         result.interrupted = exc.signum
+    except ClusterError as exc:
+        # The run fails with this error; a cleanup that fails too must be in its message.
+        _clean(result, tracker, guard)
+        if result.cleanup_errors:
+            failed = cleanup_failure(result)
+            raise ClusterError(exc.status, f"{exc.message}; cleanup {failed}") from exc
+        raise
     finally:
-        if guard:
-            guard.cleaning = True
-        result.cleaned = len(tracker.items)
-        result.cleanup_errors = tracker.cleanup()
+        _clean(result, tracker, guard)
     return result
+
+
+def _clean(result: CapacityResult, tracker: Tracker, guard: SignalGuard | None) -> None:
+    if guard:
+        guard.cleaning = True
+    result.cleaned += len(tracker.items)
+    result.cleanup_errors += tracker.cleanup()  # empties the tracker: a second call does nothing
+
+
+def cleanup_failure(result: CapacityResult) -> str:
+    """What a failed cleanup left, and the command that removes it."""
+    what = "ns" if result.own_namespace else f"pods -n {result.namespace}"
+    return (
+        "FAILED: " + "; ".join(result.cleanup_errors) + " (delete by hand: kubectl "
+        f"delete {what} -l capacity.lab/run-id={result.run_id})"
+    )
 
 
 def _wait_placed(
@@ -188,7 +253,16 @@ def _explain(result: CapacityResult, clusters: dict[str, Cluster], ns: str) -> N
     """Add HAMi's FilteringFailed events to the reason of every pod that did not fit."""
     for rec in result.pods:
         if rec.state == UNFIT:
-            events = clusters[rec.planned.tenant].list_events(ns, rec.planned.name)
+            try:
+                events = clusters[rec.planned.tenant].list_events(ns, rec.planned.name)
+            except ClusterError as exc:
+                if exc.status != 403:
+                    raise
+                result.notes.append(
+                    f"{rec.planned.tenant}: events of {ns} not readable (403 list events): "
+                    "the reasons are the pods' scheduling conditions only"
+                )
+                return
             texts = [f"{e.get('reason', '')}: {e.get('message', '')}" for e in events]
             rec.reason = " | ".join([rec.reason, *dict.fromkeys(texts)])
 
@@ -202,7 +276,7 @@ def _snapshot(result: CapacityResult, clusters: dict[str, Cluster], now: float) 
     ours = set(durations)
     for tenant, cl in clusters.items():
         nodes[tenant] = cl.list_nodes()
-        pods = cl.list_pods()
+        pods = _visible_pods(result, tenant, cl)
         result.maps[tenant] = tenant_map(tenant, nodes[tenant], pods)
         mine = [p for p in pods if f"{p['metadata']['namespace']}/{p['metadata']['name']}" in ours]
         h, n = holdings(tenant, mine, now, durations)
@@ -211,3 +285,18 @@ def _snapshot(result: CapacityResult, clusters: dict[str, Cluster], now: float) 
     since = min((h.start for h in held), default=now)
     until = max((h.end for h in held), default=now)
     result.hours = slice_hours(held, since, until, card_infos(nodes), notes)
+
+
+def _visible_pods(result: CapacityResult, tenant: str, cl: Cluster) -> list[Obj]:
+    """Every pod of the tenant, for the cards' other workloads; a user who may list pods only
+    in the run's namespace gets a table of that namespace's pods, and a note saying so."""
+    try:
+        return cl.list_pods()
+    except ClusterError as exc:
+        if exc.status != 403:
+            raise
+    result.notes.append(
+        f"{tenant}: pods of other namespaces not readable (403 list pods at the cluster scope): "
+        f"the cards show only the pods of {result.namespace}; HAMi placed them among all"
+    )
+    return cl.list_pods(result.namespace)

@@ -29,6 +29,7 @@ import random
 import threading
 import time
 import urllib.error
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -37,7 +38,6 @@ from test_agent_real import (
     LOCK,
     PHASE,
     REGISTER,
-    WORK_NS,
     HamiScheduler,
     Rest,
     annotations,
@@ -70,7 +70,20 @@ def _request(pod: dict) -> tuple[int, int] | None:
     limits = pod["spec"]["containers"][0].get("resources", {}).get("limits", {})
     if "nvidia.com/gpu" not in limits:
         return None
-    return int(limits.get("nvidia.com/gpumem", 0)), int(limits.get("nvidia.com/gpucores", 0))
+    mem, cores = limits.get("nvidia.com/gpumem", "0"), limits.get("nvidia.com/gpucores", "0")
+    return quantity(mem), quantity(cores)
+
+
+# The API server stores a quantity canonically: a limit of 30000 comes back as "30k".
+SUFFIXES = {"k": 10**3, "M": 10**6, "G": 10**9, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
+
+
+def quantity(value: str) -> int:
+    """An integer resource.Quantity's Value(), as HAMi reads its limits."""
+    for suffix, factor in SUFFIXES.items():
+        if value.endswith(suffix) and value[: -len(suffix)].isdigit():
+            return int(value[: -len(suffix)]) * factor
+    return int(value)
 
 
 class HamiExtender:
@@ -95,24 +108,11 @@ class HamiExtender:
     # -- HTTP ----------------------------------------------------------------------------------
 
     def serve(self) -> str:
-        extender = self
+        def answer(path: str, args: dict) -> dict:
+            verb = path.rstrip("/").rsplit("/", 1)[-1]
+            return self.filter(args) if verb == "filter" else self.bind(args)
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                args = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                verb = self.path.rstrip("/").rsplit("/", 1)[-1]
-                result = extender.filter(args) if verb == "filter" else extender.bind(args)
-                body = json.dumps(result).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *_: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), json_handler(answer))
         self.server.daemon_threads = True
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         return f"http://127.0.0.1:{self.server.server_address[1]}"
@@ -160,8 +160,9 @@ class HamiExtender:
             self.allocations[meta["uid"]] = (card, mem, cores)
             self.pods[key] = pod
             self.records.setdefault(key, BindRecord())
-        assert meta["namespace"] == WORK_NS  # where HamiScheduler writes
-        HamiScheduler(self.api, self.node).filter(meta["name"], card.id, mem, cores)
+        HamiScheduler(self.api, self.node).filter(
+            meta["name"], card.id, mem, cores, meta["namespace"]
+        )
         return {"NodeNames": [self.node]}
 
     # -- Bind ----------------------------------------------------------------------------------
@@ -176,7 +177,7 @@ class HamiExtender:
             self.acquire_lock(pod)
         except (Contention, urllib.error.HTTPError) as exc:
             with self.mutex:
-                self.records[key].contended += isinstance(exc, Contention)
+                self.records.setdefault(key, BindRecord()).contended += isinstance(exc, Contention)
             self.release_own(ns, name)
             return {"Error": f"node {node} is locked: {exc}"}
         path = f"/api/v1/namespaces/{ns}/pods/{name}"
@@ -194,7 +195,7 @@ class HamiExtender:
             self.release_own(ns, name)
             return {"Error": f"bind {key}: {exc}"}
         with self.mutex:
-            self.records[key].placed_at = time.monotonic()
+            self.records.setdefault(key, BindRecord()).placed_at = time.monotonic()
         return {}
 
     def acquire_lock(self, pod: dict) -> None:
@@ -211,7 +212,7 @@ class HamiExtender:
                 if time.monotonic() > deadline:
                     raise
                 with self.mutex:
-                    self.records[_key(pod)].contended += 1
+                    self.records.setdefault(_key(pod), BindRecord()).contended += 1
             time.sleep(LOCK_RETRY_POLL)
 
     def lock_node(self, pod: dict) -> None:
@@ -284,6 +285,25 @@ class HamiExtender:
             except urllib.error.HTTPError as exc:
                 if exc.code != 409:
                     raise
+
+
+def json_handler(answer: Callable[[str, dict], dict]) -> type[BaseHTTPRequestHandler]:
+    """An HTTP handler that answers each JSON POST with ``answer(path, body)`` as JSON."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            args = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            body = json.dumps(answer(self.path, args)).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: Any) -> None:
+            pass
+
+    return Handler
 
 
 def flag_seconds(args: list[str], flag: str) -> float:

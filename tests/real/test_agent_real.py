@@ -144,7 +144,9 @@ class HamiScheduler:
     def card_ids(self) -> list[str]:
         return [card["id"] for card in json.loads(annotations(self.api.node(self.node))[REGISTER])]
 
-    def filter(self, pod: str, card: str, mem: int = 1024, cores: int = 10) -> str:
+    def filter(
+        self, pod: str, card: str, mem: int = 1024, cores: int = 10, namespace: str = WORK_NS
+    ) -> str:
         devices = device_annotation([card], mem, cores)
         body = {
             "metadata": {
@@ -157,7 +159,7 @@ class HamiScheduler:
                 "labels": {VGPU_NODE: self.node},
             }
         }
-        self.api.call("PATCH", f"/api/v1/namespaces/{WORK_NS}/pods/{pod}", body)
+        self.api.call("PATCH", f"/api/v1/namespaces/{namespace}/pods/{pod}", body)
         return devices
 
     def try_lock(self, pod: str) -> bool:

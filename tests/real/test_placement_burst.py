@@ -16,37 +16,23 @@ the error backoff queue, which no cluster event shortens (fact
 from __future__ import annotations
 
 import dataclasses
-import shutil
-import ssl
 import statistics
-import tempfile
 import time
-import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-import yaml
-from binaries import bin_path
-from controlplane import ControlPlane, ControlPlaneError, Process, free_port, wait_until
-from hami_extender import POD_GROUP_LABEL, HamiExtender, scheduler_config
+from controlplane import ControlPlaneError, wait_until
+from hami_extender import POD_GROUP_LABEL
+from hami_placement import PlacementLab, placement_lab, report
 from test_agent_real import (
     GPU_NODE,
-    LAB,
     LOCK,
     PHASE,
-    PROCESS_TENANT,
     WORK_NS,
-    AgentProcess,
-    Rest,
     annotations,
-    apply_agent_rbac,
     gpu_pod,
-    rest,
-    start_agent,
 )
 
-from builders.hami import hami_values
 from capacity.mix import parse_mix
 from capacity.plan import pod_manifest
 
@@ -55,15 +41,6 @@ BURST = 20
 # then (measured: the last after 2.5-4.4 s); without it some still wait (measured: the last
 # after 30-53 s), and the test waits this long, not for the whole tail.
 FEW_SECONDS = 8.0
-
-
-@dataclasses.dataclass
-class BurstLab:
-    plane: ControlPlane
-    admin: Rest
-    agent: AgentProcess
-    extender: HamiExtender
-    scheduler: Process
 
 
 @dataclasses.dataclass
@@ -80,81 +57,12 @@ class Burst:
         )
 
 
-def start_hami_kube_scheduler(plane: ControlPlane, config: dict) -> Process:
-    """The real kube-scheduler with HAMi's profile, beside the plane's default one."""
-    path = plane.workdir / "hami-scheduler.yaml"
-    path.write_text(yaml.safe_dump(config))
-    kubeconfig = plane.kubeconfig("system:kube-scheduler")
-    port = free_port()
-    process = Process(
-        "hami-kube-scheduler",
-        [
-            str(bin_path("kube-scheduler")),
-            f"--config={path}",
-            f"--authentication-kubeconfig={kubeconfig}",
-            f"--authorization-kubeconfig={kubeconfig}",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={port}",
-            f"--cert-dir={plane.workdir / 'hami-scheduler-certs'}",
-        ],
-        plane.workdir / "hami-kube-scheduler.log",
-    )
-    process.start()
-    context = ssl.create_default_context()
-    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
-
-    def healthy() -> bool:
-        try:
-            with urllib.request.urlopen(
-                f"https://127.0.0.1:{port}/healthz", timeout=2, context=context
-            ) as response:
-                return response.status == 200
-        except OSError:
-            return False
-
-    try:
-        wait_until(healthy, "HAMi's kube-scheduler /healthz", 60, [process])
-    except BaseException:
-        process.stop()
-        raise
-    return process
-
-
 @pytest.fixture(scope="module")
-def burst_lab(start_control_plane) -> Iterator[BurstLab]:
+def burst_lab(start_control_plane) -> Iterator[PlacementLab]:
     plane = start_control_plane("burst")
-    apply_agent_rbac(plane)
     plane.create_namespace(WORK_NS)
-    plane.create_fake_node(GPU_NODE)
-    admin = rest(plane)
-    root = Path(tempfile.mkdtemp(prefix="gpu-agent-burst-"))
-    root.chmod(0o755)
-    agent = start_agent(plane, root)
-    extender = scheduler = None
-    try:
-        wait_until(lambda: registered(admin), f"kwok and the agent ready {GPU_NODE}", 30)
-        values = hami_values(PROCESS_TENANT, LAB.hami_split_count, LAB.hami_node_lock_timeout)
-        extender = HamiExtender(admin, GPU_NODE, values["scheduler"]["extender"]["extraArgs"])
-        url = extender.serve()
-        config = scheduler_config(url, str(plane.kubeconfig("system:kube-scheduler")), None)
-        scheduler = start_hami_kube_scheduler(plane, config)
-        yield BurstLab(plane, admin, agent, extender, scheduler)
-    finally:
-        if scheduler is not None:
-            scheduler.stop()
-        if extender is not None:
-            extender.close()
-        agent.stop()
-        shutil.rmtree(root, ignore_errors=True)
-
-
-def registered(admin: Rest) -> bool:
-    """kwok's capacity and Ready condition, the agent's nvidia.com/gpu beside them."""
-    status = admin.node(GPU_NODE).get("status", {})
-    ready = any(
-        c["type"] == "Ready" and c["status"] == "True" for c in status.get("conditions", [])
-    )
-    return ready and {"cpu", "nvidia.com/gpu"} <= set(status.get("allocatable", {}))
+    with placement_lab(plane) as lab:
+        yield lab
 
 
 def burst_pod(name: str, run_id: str | None) -> dict:
@@ -169,7 +77,7 @@ def burst_pod(name: str, run_id: str | None) -> dict:
     return pod
 
 
-def run_burst(lab: BurstLab, prefix: str, group: str | None, wait: float) -> Burst:
+def run_burst(lab: PlacementLab, prefix: str, group: str | None, wait: float) -> Burst:
     """Create BURST pods at once; wait until all are placed or ``wait`` s have passed."""
     names = [f"{prefix}-{i:02d}" for i in range(BURST)]
     started = time.monotonic()
@@ -188,7 +96,7 @@ def run_burst(lab: BurstLab, prefix: str, group: str | None, wait: float) -> Bur
     return Burst(placed, sum(r.contended for r in records.values()))
 
 
-def delete_all_pods(lab: BurstLab) -> None:
+def delete_all_pods(lab: PlacementLab) -> None:
     lab.admin.call("DELETE", f"/api/v1/namespaces/{WORK_NS}/pods?gracePeriodSeconds=0")
     wait_until(
         lambda: not lab.admin.call("GET", f"/api/v1/namespaces/{WORK_NS}/pods")["items"],
@@ -198,15 +106,10 @@ def delete_all_pods(lab: BurstLab) -> None:
     lab.extender.forget_all()
 
 
-def all_completed(lab: BurstLab) -> bool:
+def all_completed(lab: PlacementLab) -> bool:
     pods = lab.admin.call("GET", f"/api/v1/namespaces/{WORK_NS}/pods")["items"]
     done = [p for p in pods if annotations(p).get(PHASE) == "success"]
     return len(done) == BURST and LOCK not in annotations(lab.admin.node(GPU_NODE))
-
-
-def report(capsys: pytest.CaptureFixture[str], line: str) -> None:
-    with capsys.disabled():
-        print(f"\n  {line}")
 
 
 @pytest.mark.upstream("kube-scheduler-bind-error-backoff")

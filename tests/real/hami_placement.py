@@ -1,0 +1,233 @@
+"""HAMi's placement on a real control plane (issue 20), shared by the real tier's placement tests.
+
+``placement_lab(plane)`` sets up tenant-b's GPU node as the lab runs it, and the HAMi pieces
+that place pods on it:
+
+- kwok as the node's kubelet, the real gpu_agent process (test_agent_real.start_agent) that
+  registers the node's two L4 cards, completes each allocation and frees HAMi's node lock;
+- the real kube-scheduler v1.35.4 with the profile and extender config HAMi v2.10.0's chart
+  renders, calling a Python extender that plays HAMi's Filter, node lock and Bind
+  (hami_extender.py), with the program's extender flags (builders/hami.py);
+- with ``webhook=True``, HAMi's admission webhook (``HamiWebhook``), which gives a pod asking
+  for ``nvidia.com/gpu`` HAMi's schedulerName, as in the lab: the capacity run's pods do not
+  name a scheduler.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import dataclasses
+import json
+import shutil
+import ssl
+import tempfile
+import threading
+import urllib.request
+from collections.abc import Iterator
+from http.server import ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from binaries import bin_path
+from controlplane import ControlPlane, Process, free_port, wait_until, write_pki
+from hami_extender import HamiExtender, json_handler, scheduler_config
+from test_agent_real import (
+    GPU_NODE,
+    LAB,
+    PROCESS_TENANT,
+    AgentProcess,
+    Rest,
+    apply_agent_rbac,
+    rest,
+    start_agent,
+)
+
+from builders.hami import SCHEDULER_NAME, hami_values
+
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+@dataclasses.dataclass
+class PlacementLab:
+    plane: ControlPlane
+    admin: Rest
+    agent: AgentProcess
+    extender: HamiExtender
+    scheduler: Process
+
+
+def start_hami_kube_scheduler(plane: ControlPlane, config: dict) -> Process:
+    """The real kube-scheduler with HAMi's profile, beside the plane's default one."""
+    path = plane.workdir / "hami-scheduler.yaml"
+    path.write_text(yaml.safe_dump(config))
+    kubeconfig = plane.kubeconfig("system:kube-scheduler")
+    port = free_port()
+    process = Process(
+        "hami-kube-scheduler",
+        [
+            str(bin_path("kube-scheduler")),
+            f"--config={path}",
+            f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={port}",
+            f"--cert-dir={plane.workdir / 'hami-scheduler-certs'}",
+        ],
+        plane.workdir / "hami-kube-scheduler.log",
+    )
+    process.start()
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+
+    def healthy() -> bool:
+        try:
+            with urllib.request.urlopen(
+                f"https://127.0.0.1:{port}/healthz", timeout=2, context=context
+            ) as response:
+                return response.status == 200
+        except OSError:
+            return False
+
+    try:
+        wait_until(healthy, "HAMi's kube-scheduler /healthz", 60, [process])
+    except BaseException:
+        process.stop()
+        raise
+    return process
+
+
+def registered(admin: Rest) -> bool:
+    """kwok's capacity and Ready condition, the agent's nvidia.com/gpu beside them."""
+    status = admin.node(GPU_NODE).get("status", {})
+    ready = any(
+        c["type"] == "Ready" and c["status"] == "True" for c in status.get("conditions", [])
+    )
+    return ready and {"cpu", GPU_RESOURCE} <= set(status.get("allocatable", {}))
+
+
+class HamiWebhook:
+    """HAMi v2.10.0's mutating webhook, the part the lab relies on (pkg/scheduler/webhook.go:
+    53-125): a pod with a container asking ``nvidia.com/gpu`` whose schedulerName is unset or
+    ``default-scheduler`` (``--force-overwrite-default-scheduler``, default true) gets
+    ``hami-scheduler``. Registered as the chart renders it (templates/scheduler/webhook.yaml:
+    pods CREATE, admissionReviewVersions v1beta1, ``hami.io/webhook NotIn ignore`` selectors),
+    but with failurePolicy Fail (the chart's is Ignore): a broken stand-in must not let pods
+    through to the default scheduler unnoticed."""
+
+    def __init__(self, plane: ControlPlane) -> None:
+        self.plane = plane
+        self.pki = write_pki(plane.workdir / "hami-webhook-pki")
+        self.server: ThreadingHTTPServer | None = None
+
+    @staticmethod
+    def review(request: dict) -> dict:
+        pod = request["object"]
+        asks = any(
+            GPU_RESOURCE in (c.get("resources", {}).get("limits") or {})
+            for c in pod["spec"].get("containers", [])
+        )
+        response: dict[str, Any] = {"uid": request["uid"], "allowed": True}
+        if asks and pod["spec"].get("schedulerName", "default-scheduler") == "default-scheduler":
+            patch = [{"op": "add", "path": "/spec/schedulerName", "value": SCHEDULER_NAME}]
+            response["patchType"] = "JSONPatch"
+            response["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
+        return response
+
+    def serve(self) -> None:
+        def answer(_: str, review: dict) -> dict:
+            response = self.review(review["request"])
+            return {
+                "apiVersion": review["apiVersion"],
+                "kind": review["kind"],
+                "response": response,
+            }
+
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(self.pki.serving_cert, self.pki.serving_key)
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), json_handler(answer))
+        self.server.daemon_threads = True
+        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        selector = {"matchExpressions": [selector_ignore()]}
+        config = {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "MutatingWebhookConfiguration",
+            "metadata": {"name": "hami-webhook"},
+            "webhooks": [
+                {
+                    "name": "vgpu.hami.io",
+                    "admissionReviewVersions": ["v1beta1"],
+                    "clientConfig": {
+                        "url": f"https://127.0.0.1:{self.server.server_address[1]}/webhook",
+                        "caBundle": base64.b64encode(self.pki.ca_cert.read_bytes()).decode(),
+                    },
+                    "failurePolicy": "Fail",
+                    "matchPolicy": "Equivalent",
+                    "namespaceSelector": selector,
+                    "objectSelector": selector,
+                    "reinvocationPolicy": "Never",
+                    "rules": [
+                        {
+                            "apiGroups": [""],
+                            "apiVersions": ["v1"],
+                            "operations": ["CREATE"],
+                            "resources": ["pods"],
+                            "scope": "*",
+                        }
+                    ],
+                    "sideEffects": "None",
+                    "timeoutSeconds": 10,
+                }
+            ],
+        }
+        self.plane.kubectl("apply", "-f", "-", input=json.dumps(config))
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+
+
+def selector_ignore() -> dict:
+    return {"key": "hami.io/webhook", "operator": "NotIn", "values": ["ignore"]}
+
+
+@contextlib.contextmanager
+def placement_lab(plane: ControlPlane, *, webhook: bool = False) -> Iterator[PlacementLab]:
+    """tenant-b's GPU node on ``plane`` with HAMi's placement; everything started is stopped."""
+    apply_agent_rbac(plane)
+    plane.create_fake_node(GPU_NODE)
+    admin = rest(plane)
+    root = Path(tempfile.mkdtemp(prefix="gpu-agent-placement-"))
+    root.chmod(0o755)
+    agent = start_agent(plane, root)
+    extender = scheduler = hook = None
+    try:
+        wait_until(lambda: registered(admin), f"kwok and the agent ready {GPU_NODE}", 30)
+        values = hami_values(PROCESS_TENANT, LAB.hami_split_count, LAB.hami_node_lock_timeout)
+        extender = HamiExtender(admin, GPU_NODE, values["scheduler"]["extender"]["extraArgs"])
+        url = extender.serve()
+        config = scheduler_config(url, str(plane.kubeconfig("system:kube-scheduler")), None)
+        scheduler = start_hami_kube_scheduler(plane, config)
+        if webhook:
+            hook = HamiWebhook(plane)
+            hook.serve()
+        yield PlacementLab(plane, admin, agent, extender, scheduler)
+    finally:
+        if hook is not None:
+            hook.close()
+        if scheduler is not None:
+            scheduler.stop()
+        if extender is not None:
+            extender.close()
+        agent.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def report(capsys: pytest.CaptureFixture[str], line: str) -> None:
+    """Print a measurement even under pytest's capture."""
+    with capsys.disabled():
+        print(f"\n  {line}")
