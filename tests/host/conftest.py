@@ -11,6 +11,9 @@
 - ``lab_network``: the lab network, created as pulumi-docker's provider creates what the
   program declares (program.py, tests/support/docker_readback.py), removed at the end.
 - ``tier_cache_dir``: the tier's cache directory.
+- ``node_image``: the kind node image built here (node_image.py), its local tag; and
+  ``mirrored_node_image``: the same image pushed to a registry on loopback, as the
+  digest-pinned name a stack config gives a site mirror's image.
 
 The hermetic tier's trap (tests/conftest.py) does not apply here: this tier is about the host.
 The session's timings are printed at the end (cold and cached runs differ there).
@@ -26,6 +29,7 @@ from pathlib import Path
 import pytest
 from docker_host import SESSION_ENV, Docker, start_docker, tier_cache
 from images import busybox_image
+from node_image import Timings, build_node_image, publish
 from program import NETWORK_RESOURCE, CreatedNetwork, declared, lab_run
 
 from tests.support.docker_readback import (
@@ -71,6 +75,24 @@ def busybox(docker: Docker, tier_cache_dir: Path) -> str:
     tag = busybox_image(docker, tier_cache_dir)
     TIMINGS["busybox image"] = time.monotonic() - started
     return tag
+
+
+@pytest.fixture(scope="session")
+def node_image(docker: Docker, tier_cache_dir: Path) -> str:
+    timings = Timings()
+    started = time.monotonic()
+    tag = build_node_image(docker, tier_cache_dir, timings)
+    TIMINGS.update(timings.steps)
+    TIMINGS["node image"] = time.monotonic() - started
+    return tag
+
+
+@pytest.fixture(scope="session")
+def mirrored_node_image(docker: Docker, tier_cache_dir: Path, node_image: str) -> str:
+    started = time.monotonic()
+    reference = publish(docker, tier_cache_dir, node_image)
+    TIMINGS["node image: push to the loopback mirror"] = time.monotonic() - started
+    return reference
 
 
 @pytest.fixture(scope="session")

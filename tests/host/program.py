@@ -8,6 +8,7 @@ commands to the tier's daemon (DOCKER_HOST), as `pulumi up` would run them.
 from __future__ import annotations
 
 import functools
+import ipaddress
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -64,3 +65,15 @@ class CreatedNetwork:
     @property
     def bridge(self) -> str:
         return f"br-{self.inspect['Id'][:12]}"
+
+
+def assert_only_on_the_lab_network(container: dict[str, Any], network: CreatedNetwork) -> None:
+    """`docker inspect` of a lab container: on the lab network alone, IPv4 only, its address in
+    the container range and never in the MetalLB pool."""
+    networks = container["NetworkSettings"]["Networks"]
+    assert set(networks) == {network.name}
+    address = ipaddress.ip_address(networks[network.name]["IPAddress"])
+    plan = lab_plan()
+    assert address in plan.container_range
+    assert not plan.pool_start <= address <= plan.pool_end
+    assert networks[network.name]["GlobalIPv6Address"] == ""

@@ -9,14 +9,13 @@ Docker stores and what the provider reads back, not systemd, containerd or the l
 
 from __future__ import annotations
 
-import ipaddress
 import json
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from docker_host import Docker
-from program import CreatedNetwork, declared, lab_plan
+from program import CreatedNetwork, assert_only_on_the_lab_network, declared
 
 from tests.support.docker_readback import (
     container_attributes,
@@ -116,13 +115,7 @@ def test_the_worker_is_only_on_the_lab_network_in_the_container_range(
     worker, lab_network: CreatedNetwork
 ):
     _, found = worker
-    networks = found["NetworkSettings"]["Networks"]
-    assert set(networks) == {lab_network.name}
-    address = ipaddress.ip_address(networks[lab_network.name]["IPAddress"])
-    plan = lab_plan()
-    assert address in plan.container_range
-    assert not plan.pool_start <= address <= plan.pool_end
-    assert networks[lab_network.name]["GlobalIPv6Address"] == ""
+    assert_only_on_the_lab_network(found, lab_network)
 
 
 @pytest.mark.upstream("docker-provider-container-readback", "docker-privileged-label-disable")

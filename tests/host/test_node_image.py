@@ -1,0 +1,191 @@
+"""The kind node image built here (node_image.py): what kind reads of it, its mirrored name in
+the stack config, and a worker container of the program's declaration booting from it.
+
+The image reaches the program only through the stack config keys a user sets for a mirrored
+image (`managementNodeImage`, `tenants[].workerImage`), by the digest-pinned name the loopback
+registry gave it.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from docker_host import Docker
+from node_image import (
+    K8S_VERSION,
+    NODE_BINARIES,
+    image_file_name,
+    preloaded_images,
+    sandbox_image,
+)
+from program import CreatedNetwork, TierHost
+from test_workers import WORKER, create_as_the_provider, leftover, remove_as_the_provider
+
+from labconfig.parse import parse_config
+from tests.support.docker_readback import (
+    container_attributes,
+    container_differences,
+    container_state,
+)
+from tests.support.pulumi_harness import ProgramRun, lab_stack_config, run_program
+
+BOOT_TIMEOUT_SECONDS = 180
+KIND_READY = "Reached target .*Multi-User System.*|detected cgroup v1"
+JOIN_READY = "Reached target .*Multi-User System"
+
+
+def mirrored_config(reference: str) -> dict[str, Any]:
+    """The lab stack's config with the mirrored node image, as a user would set it."""
+    config = lab_stack_config()
+    return {
+        **config,
+        "managementNodeImage": reference,
+        "tenants": [{**tenant, "workerImage": reference} for tenant in config["tenants"]],
+    }
+
+
+@functools.cache
+def mirrored_run(reference: str) -> ProgramRun:
+    return run_program(mirrored_config(reference), host=TierHost())
+
+
+def run_in_image(docker: Docker, image: str, *command: str) -> str:
+    """`command` in a throwaway container of the image, without its entrypoint (no boot)."""
+    return docker.run("run", "--rm", "--entrypoint", command[0], image, *command[1:]).stdout
+
+
+@pytest.mark.upstream("kind-node-image-layout")
+def test_the_image_carries_what_kind_reads(docker: Docker, node_image: str):
+    assert run_in_image(docker, node_image, "cat", "/kind/version") == K8S_VERSION
+    config = run_in_image(docker, node_image, "cat", "/etc/containerd/config.toml")
+    # kind's nodeutils reads the config's version and its CRI snapshotter (`kind load`)
+    assert "\nversion = 2\n" in config
+    assert 'snapshotter = "overlayfs"' in config
+    cni = run_in_image(docker, node_image, "cat", "/kind/manifests/default-cni.yaml")
+    assert cni.startswith("# would you kindly template this file\n")
+    asked = {"kubelet": ("--version",), "kubeadm": ("version", "-o", "short")}
+    for program in NODE_BINARIES:
+        args = asked.get(program, ("version", "--client"))
+        version = run_in_image(docker, node_image, f"/usr/bin/{program}", *args)
+        assert K8S_VERSION in version, (program, version)
+    found = json.loads(docker.run("image", "inspect", node_image).stdout)[0]["Config"]
+    assert found["Entrypoint"] == ["/usr/local/bin/entrypoint", "/sbin/init"]
+    assert found["StopSignal"] == "SIGRTMIN+3"
+    assert "container=docker" in found["Env"]
+
+
+@pytest.mark.upstream("kubelet-fail-cgroupv1-flag")
+def test_the_kubelet_of_the_image_accepts_cgroup_v1(docker: Docker, node_image: str):
+    defaults = run_in_image(docker, node_image, "cat", "/etc/default/kubelet")
+    assert "--fail-cgroupv1=false" in defaults
+    # the flag exists in this kubelet (an unknown flag would stop it at every start)
+    helped = run_in_image(docker, node_image, "/usr/bin/kubelet", "--help")
+    assert "--fail-cgroupv1" in helped
+
+
+# Not preloaded yet: kubeadm's CoreDNS and kube-proxy (their pods wait in ImagePullBackOff;
+# kind waits only for the node). kubeadm lists pause 3.10.1; the node runs kind's sandbox image.
+NOT_PRELOADED = (
+    "registry.k8s.io/coredns/coredns:",
+    "registry.k8s.io/kube-proxy:",
+    "registry.k8s.io/pause:",
+)
+
+
+@pytest.mark.upstream("kind-node-image-layout")
+def test_the_image_holds_the_images_kubeadm_runs(docker: Docker, node_image: str):
+    """kind's node build imports `kubeadm config images list` and the sandbox image."""
+    listed = run_in_image(
+        docker, node_image, "kubeadm", "config", "images", "list",
+        "--kubernetes-version", K8S_VERSION,
+    ).split()  # fmt: skip
+    config = run_in_image(docker, node_image, "cat", "/etc/containerd/config.toml")
+    preloaded = {spec.name for spec in preloaded_images(config)}
+    wanted = {image for image in listed if not image.startswith(NOT_PRELOADED)}
+    assert wanted | {sandbox_image(config)} == preloaded
+    files = run_in_image(docker, node_image, "ls", "/kind/images").split()
+    assert sorted(files) == sorted(image_file_name(name) for name in preloaded)
+
+
+def test_the_mirrored_name_is_what_the_stack_config_takes(
+    docker: Docker, node_image: str, mirrored_node_image: str
+):
+    assert mirrored_node_image.startswith(f"127.0.0.1:5000/kindest/node:{K8S_VERSION}@sha256:")
+    cfg = parse_config(mirrored_config(mirrored_node_image))
+    assert cfg.management_node_image == mirrored_node_image
+    assert {t.node_image for t in cfg.tenants} == {mirrored_node_image}
+    # the pinned name resolves to the built image on the daemon (no registry needed then)
+    by_name = json.loads(docker.run("image", "inspect", mirrored_node_image).stdout)[0]["Id"]
+    built = json.loads(docker.run("image", "inspect", node_image).stdout)[0]["Id"]
+    assert by_name == built
+
+
+@pytest.fixture(scope="module")
+def booted_worker(
+    docker: Docker, node_image: str, mirrored_node_image: str, lab_network: CreatedNetwork
+) -> Iterator[tuple[dict[str, Any], str]]:
+    """The program's tenant-a-worker-1, declared with the mirrored image, created as the
+    provider creates it, from the node image, and booted: (provider attributes, container)."""
+    docker.require_privileged()
+    run = mirrored_run(mirrored_node_image)
+    image = run.named("tenant-a-workers-image").inputs
+    assert image["name"] == mirrored_node_image
+    inputs = run.named(WORKER).inputs
+    image_id = json.loads(docker.run("image", "inspect", mirrored_node_image).stdout)[0]["Id"]
+    # the RemoteImage's image_id output, which the mocks cannot know
+    attributes = {**container_attributes(inputs), "image": image_id}
+    leftover(docker, attributes["name"])
+    container = create_as_the_provider(docker, attributes)
+    try:
+        yield attributes, container
+    finally:
+        remove_as_the_provider(docker, container)
+
+
+def system_state(docker: Docker, container: str) -> str:
+    result = docker.run("exec", container, "systemctl", "is-system-running", check=False)
+    return result.stdout.strip()
+
+
+def wait_for_boot(docker: Docker, container: str) -> str:
+    deadline = time.monotonic() + BOOT_TIMEOUT_SECONDS
+    state = ""
+    while time.monotonic() < deadline:
+        state = system_state(docker, container)
+        if state in ("running", "degraded"):
+            return state
+        time.sleep(1)
+    return state
+
+
+def test_the_worker_boots_systemd_and_containerd(docker: Docker, booted_worker):
+    _, container = booted_worker
+    state = wait_for_boot(docker, container)
+    failed = docker.run("exec", container, "systemctl", "--failed", "--no-legend", check=False)
+    assert state == "running", f"systemd is {state!r}; failed units:\n{failed.stdout}"
+    logs = docker.run("logs", container).stdout
+    # what kind waits for (providers/common/cgroups.go), and what the program's join script
+    # waits for (builders/scripts.py, worker_join_script)
+    assert re.search(KIND_READY, logs), logs[-2000:]
+    assert re.search(JOIN_READY, logs), logs[-2000:]
+    for unit in ("containerd.service", "kind-import-images.service"):
+        active = docker.run("exec", container, "systemctl", "is-active", unit, check=False)
+        assert active.stdout.strip() == "active", unit
+    names = docker.run("exec", container, "ctr", "--namespace=k8s.io", "images", "ls", "-q")
+    config = docker.run("exec", container, "cat", "/etc/containerd/config.toml").stdout
+    wanted = {spec.name for spec in preloaded_images(config)}
+    assert wanted <= set(names.stdout.split()), names.stdout
+
+
+def test_the_booted_worker_gives_the_provider_no_diff(docker: Docker, booted_worker):
+    attributes, container = booted_worker
+    found = json.loads(docker.run("inspect", container).stdout)[0]
+    assert found["State"]["Running"], found["State"]
+    state = container_state(found, attributes["image"])
+    assert container_differences(attributes, state) == set(), state
