@@ -213,20 +213,33 @@ def reachable_daemon(env: Mapping[str, str]) -> str | None:
     return host if pings(unix_socket_of(host)) else None
 
 
-def install_docker(run: Any = subprocess.run) -> bool:
-    """Installs Debian's docker.io when dockerd is missing; True when it did."""
-    if shutil.which("dockerd"):
+class PackageUnavailable(Exception):
+    """apt could not install a Debian package the tier needs; the message has apt's error."""
+
+
+def install_if_missing(program: str, package: str, run: Any = subprocess.run) -> bool:
+    """Installs Debian's `package` when `program` is not on PATH (a fresh machine, CI);
+    True when it did."""
+    if shutil.which(program):
         return False
     sudo = [] if os.geteuid() == 0 else ["sudo", "-n"]
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     for argv in (
         [*sudo, "apt-get", "update"],
-        [*sudo, "apt-get", "install", "-y", "--no-install-recommends", "docker.io"],
+        [*sudo, "apt-get", "install", "-y", "--no-install-recommends", package],
     ):
         result = run(argv, env=env, capture_output=True, text=True, check=False)
         if result.returncode != 0:
-            raise DockerUnavailable(f"{' '.join(argv)} failed: {result.stderr[-2000:]}")
+            raise PackageUnavailable(f"{' '.join(argv)} failed: {result.stderr[-2000:]}")
     return True
+
+
+def install_docker(run: Any = subprocess.run) -> bool:
+    """Installs Debian's docker.io when dockerd is missing; True when it did."""
+    try:
+        return install_if_missing("dockerd", "docker.io", run)
+    except PackageUnavailable as error:
+        raise DockerUnavailable(str(error)) from None
 
 
 def process_alive(pid: int, marker: str) -> bool:

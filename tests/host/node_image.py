@@ -41,7 +41,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from docker_host import Docker
+from docker_host import Docker, install_if_missing
 
 REAL_TIER = Path(__file__).resolve().parents[1] / "real"
 if str(REAL_TIER) not in sys.path:
@@ -336,6 +336,7 @@ def debian_rootfs(paths: BuildPaths, mirror: str = DEBIAN_MIRROR) -> Path:
     partial = target.with_name(target.name + ".partial")
     _remove_tree(partial)
     partial.parent.mkdir(parents=True, exist_ok=True)
+    install_if_missing("debootstrap", "debootstrap")  # a fresh machine (CI) has none
     _run(
         [
             "debootstrap",

@@ -147,3 +147,25 @@ def test_the_sessions_daemon(docker: Docker):
         pid = pid_in(paths.pidfile)
         assert pid is None or not process_alive(pid, str(paths.exec_root))
         assert info["DefaultRuntime"] == docker.default_runtime
+
+
+def test_a_missing_program_is_installed_from_its_debian_package(monkeypatch: pytest.MonkeyPatch):
+    """debootstrap, like dockerd, is installed on a fresh machine (CI) before the tier uses it."""
+    calls: list[list[str]] = []
+
+    def run(argv, **_):
+        calls.append(argv)
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    monkeypatch.setattr(docker_host.shutil, "which", lambda tool: None)
+    monkeypatch.setattr(docker_host.os, "geteuid", lambda: 1000)
+    assert docker_host.install_if_missing("debootstrap", "debootstrap", run) is True
+    assert calls[-1] == [
+        "sudo",
+        "-n",
+        "apt-get",
+        "install",
+        "-y",
+        "--no-install-recommends",
+        "debootstrap",
+    ]
