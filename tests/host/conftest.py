@@ -28,6 +28,7 @@ from pathlib import Path
 
 import pytest
 from docker_host import SESSION_ENV, Docker, start_docker, tier_cache
+from footprint_report import FOOTPRINT, footprint_lines
 from images import busybox_image
 from node_image import Timings, build_node_image, publish
 from program import NETWORK_RESOURCE, CreatedNetwork, declared, lab_run
@@ -123,6 +124,11 @@ def lab_network(docker: Docker) -> Iterator[CreatedNetwork]:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    measured = terminalreporter.config.stash.get(FOOTPRINT, None)
+    if measured:
+        terminalreporter.section("host tier footprint (docker stats, medians)")
+        for line in footprint_lines(measured):
+            terminalreporter.write_line(line)
     if TIMINGS:
         terminalreporter.section("host tier timings")
         for what, seconds in TIMINGS.items():

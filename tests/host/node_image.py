@@ -8,11 +8,14 @@ No registry is reachable, so the tier builds what `kindest/node:v1.35.4` would b
 - kind's own module (`sigs.k8s.io/kind@v0.31.0`, images/base/files): entrypoint, systemd units,
   kubelet drop-ins, containerd config, /kind/bin scripts, laid out as its Dockerfile does;
 - Go modules built by tests/real/binaries.py's machinery and Go caches: kind, kubelet, kubeadm,
-  kubectl and the control-plane programs of k8s.io/kubernetes v1.35.4, etcd, and a pause;
-- the static pods' images (`kubeadm config images list`, less CoreDNS and kube-proxy) and the
-  sandbox image, each one layer holding its static binary, written as docker-archive tars to
-  /kind/images and imported into the node's containerd at boot, as `kind load` imports (kind's
-  own build imports at build time; the names are the same).
+  kubectl, kube-proxy and the control-plane programs of k8s.io/kubernetes v1.35.4, etcd,
+  CoreDNS (github.com/coredns/coredns at kubeadm's version), and a pause;
+- the images `kubeadm config images list` names and the sandbox image, each one layer holding
+  its static binary (kube-proxy's also Debian's iptables, conntrack and dash from the node's
+  root file system, with a wrapper that picks the node's iptables mode, as upstream's
+  distroless-iptables does), written as docker-archive tars to /kind/images and imported into
+  the node's containerd at boot, as `kind load` imports (kind's own build imports at build
+  time; the names are the same).
 
 Two adaptations for this machine class, both in the image, none in the program: kubelet v1.35
 refuses cgroup v1 unless told (`--fail-cgroupv1=false` in /etc/default/kubelet, which kind's
@@ -65,6 +68,7 @@ PACKAGES = (
 # kubeadm v1.35.4's images (cmd/kubeadm/app/constants/constants.go) and kind's sandbox image.
 REGISTRY = "registry.k8s.io"
 ETCD_IMAGE_TAG = "3.6.6-0"  # kubeadm's DefaultEtcdVersion; the binary is the tier's etcd v3.6.5
+COREDNS_VERSION = "v1.13.1"  # kubeadm's CoreDNSVersion, built from its own Go module
 
 
 @dataclass(frozen=True)
@@ -74,15 +78,30 @@ class ImageSpec:
     name: str  # e.g. registry.k8s.io/kube-apiserver:v1.35.4
     binary: str  # name under the build's bin directories
     entrypoint: tuple[str, ...] = ()
+    # Debian packages (with what they depend on) copied from the node's root file system
+    # into the same layer, for programs the binary runs (kube-proxy: iptables).
+    packages: tuple[str, ...] = ()
+
+
+# kube-proxy's image upstream is distroless-iptables: iptables (legacy and nft), conntrack, and
+# a wrapper that picks the mode the node uses. Here: Debian's packages, and dash for the wrapper.
+KUBE_PROXY_PACKAGES = ("iptables", "conntrack", "dash")
+# What dash depends on only for its maintainer scripts (a package manager has no use here).
+NOT_IN_IMAGES = ("dpkg", "debianutils")
 
 
 def kubeadm_images(k8s_version: str = K8S_VERSION) -> tuple[ImageSpec, ...]:
-    """The static pods' images. Not kube-proxy's: its image needs the iptables programs (a
-    one-binary image crash-loops), and kind waits only for the node (issue 18 leaves it open)."""
+    """The images `kubeadm config images list` names (kubeadm lists pause 3.10.1; the node
+    runs kind's sandbox image instead, preloaded_images adds it)."""
     control_plane = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
     return (
         *(ImageSpec(f"{REGISTRY}/{cmd}:{k8s_version}", cmd) for cmd in control_plane),
+        ImageSpec(f"{REGISTRY}/kube-proxy:{k8s_version}", "kube-proxy", (), KUBE_PROXY_PACKAGES),
         ImageSpec(f"{REGISTRY}/etcd:{ETCD_IMAGE_TAG}", "etcd"),
+        # kubeadm's Deployment gives only args (-conf ...): the entrypoint is the program
+        ImageSpec(
+            f"{REGISTRY}/coredns/coredns:{COREDNS_VERSION}", "coredns", ("/usr/local/bin/coredns",)
+        ),
     )
 
 
@@ -104,12 +123,20 @@ NODE_SET = binaries.BinarySet(
             "kube-apiserver",
             "kube-controller-manager",
             "kube-scheduler",
+            "kube-proxy",
         )
     ),
     local_replace_version="v0." + K8S_VERSION.split(".", 1)[1],
     ldflags=binaries._k8s_ldflags(K8S_VERSION),
 )
 ETCD_SET = next(s for s in binaries.BINARY_SETS if s.name == "etcd")
+COREDNS_SET = binaries.BinarySet(
+    name="coredns",
+    module="github.com/coredns/coredns",
+    version=COREDNS_VERSION,
+    packages=("github.com/coredns/coredns",),
+    local_replace_version=COREDNS_VERSION,
+)
 
 # The sandbox's process: waits for a signal, reaps nothing (the pause of k/k is C; this is
 # the same behaviour from Go's standard library alone).
@@ -290,7 +317,7 @@ def go_env() -> tuple[dict[str, str], str]:
 def build_programs(paths: BuildPaths) -> dict[str, Path]:
     """kind, the Kubernetes programs, etcd and pause: name -> binary."""
     env, go_version = go_env()
-    for binary_set in (KIND_SET, NODE_SET):
+    for binary_set in (KIND_SET, NODE_SET, COREDNS_SET):
         binaries.build_set(binary_set, paths.go_root, env, go_version)
     binaries.build_set(ETCD_SET, binaries.cache_root(), env, go_version)
     pause = paths.bin / "pause"
@@ -304,7 +331,8 @@ def build_programs(paths: BuildPaths) -> dict[str, Path]:
             cwd=src,
             env=env,
         )
-    found = {name: paths.bin / name for name in (*KIND_SET.binaries, *NODE_SET.binaries, "pause")}
+    built = (*KIND_SET.binaries, *NODE_SET.binaries, *COREDNS_SET.binaries, "pause")
+    found = {name: paths.bin / name for name in built}
     found["etcd"] = binaries.cache_root() / "bin" / "etcd"
     return found
 
@@ -370,8 +398,91 @@ def _tar_add(tar: tarfile.TarFile, name: str, data: bytes | None = None, mode: i
         tar.addfile(info, io.BytesIO(data))
 
 
-def binary_layer(name: str, content: bytes) -> bytes:
-    """The one layer of a binary's image: /usr/local/bin/<name> (and /<name> for pause)."""
+def package_closure(status: str, wanted: Sequence[str]) -> list[str]:
+    """`wanted` and every package they (pre-)depend on, from dpkg's status file."""
+    depends: dict[str, list[str]] = {}
+    for stanza in status.split("\n\n"):
+        fields = dict(
+            line.split(": ", 1) for line in stanza.splitlines() if ": " in line and line[0] != " "
+        )
+        if "Package" not in fields:
+            continue
+        needed = ", ".join(f for f in (fields.get("Pre-Depends"), fields.get("Depends")) if f)
+        # the first alternative of each dependency; versions and architectures dropped
+        depends[fields["Package"]] = [
+            d.split("|")[0].split("(")[0].split(":")[0].strip() for d in needed.split(",") if d
+        ]
+    found: list[str] = []
+    todo = list(wanted)
+    while todo:
+        package = todo.pop()
+        if package in found or package not in depends or package in NOT_IN_IMAGES:
+            continue
+        found.append(package)
+        todo += depends[package]
+    return sorted(found)
+
+
+def package_files(root: Path, packages: Sequence[str]) -> list[str]:
+    """The paths dpkg lists for `packages` (files and links, not directories), each where it
+    really is in `root` (merged /usr: dpkg's /bin/dash is usr/bin/dash)."""
+    info = root / "var/lib/dpkg/info"
+    real_root = root.resolve()
+    paths: set[str] = set()
+    for package in packages:
+        listed = next(p for p in (info / f"{package}.list", info / f"{package}:amd64.list")
+                      if p.exists())  # fmt: skip
+        for line in listed.read_text().splitlines():
+            path = root / line.lstrip("/")
+            if line.strip("/") and (path.is_symlink() or path.is_file()):
+                parent = path.parent.resolve().relative_to(real_root)
+                paths.add(str(parent / path.name))
+    return sorted(paths)
+
+
+# kube-proxy runs iptables-restore & co. in the node's network namespace: the wrapper uses the
+# mode whose tables hold the kubelet's hint chains (kubelet creates KUBE-IPTABLES-HINT and
+# KUBE-KUBELET-CANARY in mangle), as kubernetes-sigs/iptables-wrappers does; nft otherwise.
+IPTABLES_WRAPPER = """\
+#!/bin/sh
+command=${0##*/}
+case $command in ip6*) save=ip6tables-save ;; *) save=iptables-save ;; esac
+mode=nft
+for candidate in nft legacy; do
+  case $(xtables-$candidate-multi $save -t mangle 2>/dev/null) in
+  *KUBE-IPTABLES-HINT* | *KUBE-KUBELET-CANARY*) mode=$candidate; break ;;
+  esac
+done
+exec xtables-$mode-multi "$command" "$@"
+"""
+IPTABLES_COMMANDS = tuple(
+    f"{family}{suffix}"
+    for family in ("iptables", "ip6tables")
+    for suffix in ("", "-save", "-restore")
+)
+
+
+def _tar_file(tar: tarfile.TarFile, root: Path, relative: str) -> None:
+    """A file or symlink of `root` at `relative`, its parent directories first."""
+    parts = relative.split("/")
+    for depth in range(1, len(parts)):
+        directory = "/".join(parts[:depth])
+        if directory not in tar.getnames():
+            _tar_add(tar, directory)
+    path = root / relative
+    if path.is_symlink():
+        info = tarfile.TarInfo(relative)
+        info.type, info.linkname = tarfile.SYMTYPE, os.readlink(path)
+        tar.addfile(info)
+    else:
+        _tar_add(tar, relative, path.read_bytes(), path.stat().st_mode & 0o7777)
+
+
+def binary_layer(
+    name: str, content: bytes, rootfs: Path | None = None, packages: Sequence[str] = ()
+) -> bytes:
+    """The one layer of a binary's image: /usr/local/bin/<name> (and /<name> for pause), with
+    the files of `packages` from `rootfs` (and the iptables wrapper when iptables is there)."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for directory in ("etc", "tmp", "usr", "usr/local", "usr/local/bin", "var", "var/lib"):
@@ -381,6 +492,21 @@ def binary_layer(name: str, content: bytes) -> bytes:
         _tar_add(tar, f"usr/local/bin/{name}", content)
         if name == "pause":
             _tar_add(tar, "pause", content)
+        if packages:
+            assert rootfs is not None, "packages come from the node's root file system"
+            for top in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+                if (rootfs / top).is_symlink():  # merged /usr's links: /bin/sh must resolve
+                    _tar_file(tar, rootfs, top)
+            status = (rootfs / "var/lib/dpkg/status").read_text()
+            files = package_files(rootfs, package_closure(status, packages))
+            wrapped = (
+                {f"usr/sbin/{c}" for c in IPTABLES_COMMANDS} if "iptables" in packages else set()
+            )
+            for relative in files:
+                if relative not in wrapped:  # alternatives' links into /etc: the wrapper instead
+                    _tar_file(tar, rootfs, relative)
+            for relative in sorted(wrapped):
+                _tar_add(tar, relative, IPTABLES_WRAPPER.encode())
     return buffer.getvalue()
 
 
@@ -522,10 +648,13 @@ def apply_node_layout(
     )
 
 
-def write_images(target: Path, specs: Sequence[ImageSpec], programs: Mapping[str, Path]) -> None:
+def write_images(
+    target: Path, specs: Sequence[ImageSpec], programs: Mapping[str, Path], rootfs: Path
+) -> None:
     target.mkdir(parents=True, exist_ok=True)
     for spec in specs:
-        layer = binary_layer(spec.binary, programs[spec.binary].read_bytes())
+        content = programs[spec.binary].read_bytes()
+        layer = binary_layer(spec.binary, content, rootfs, spec.packages)
         archive = docker_archive(spec.name, layer, spec.entrypoint)
         (target / image_file_name(spec.name)).write_bytes(archive)
 
@@ -589,7 +718,7 @@ def build_node_image(docker: Docker, tier_cache: Path, timings: Timings | None =
             apply_base_layout(staging, kind_files)
             config = (staging / "etc/containerd/config.toml").read_text()
             images = paths.root / f"images-{key}"
-            write_images(images, preloaded_images(config), programs)  # type: ignore[arg-type]
+            write_images(images, preloaded_images(config), programs, base)  # type: ignore[arg-type]
             apply_node_layout(staging, programs, K8S_VERSION, images)  # type: ignore[arg-type]
             (staging / ".complete").unlink(missing_ok=True)
             import_rootfs(docker, staging, tag)

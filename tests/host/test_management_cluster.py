@@ -22,9 +22,14 @@ from typing import Any
 import pytest
 import yaml
 from docker_host import Docker
+from footprint_report import FOOTPRINT
 from node_image import BuildPaths
 from program import CreatedNetwork, assert_only_on_the_lab_network
-from test_node_image import mirrored_run
+from test_node_image import mirrored_run, wait_for_boot
+from test_workers import WORKER, create_as_the_provider, leftover
+
+from planning import footprint
+from tests.support.docker_readback import container_attributes
 
 CREATE_TIMEOUT_SECONDS = 600
 
@@ -157,6 +162,126 @@ def test_the_exported_kubeconfig_reaches_a_ready_ipv4_node(
     assert json.loads(service.stdout)["spec"]["ipFamilies"] == ["IPv4"]
 
 
+SERVICES_TIMEOUT_SECONDS = 240
+
+
+def kube_system_pods(tier_cache: Path, kubeconfig: str) -> list[dict[str, Any]]:
+    pods = kubectl(tier_cache, kubeconfig, "get", "pods", "-n", "kube-system", "-o", "json")
+    assert pods.returncode == 0, pods.stderr
+    return json.loads(pods.stdout)["items"]
+
+
+def not_running(pods: list[dict[str, Any]]) -> dict[str, str]:
+    """Pod -> why it is not Running and Ready (the waiting reason, e.g. ImagePullBackOff)."""
+    found = {}
+    for pod in pods:
+        status = pod["status"]
+        ready = {c["type"]: c["status"] for c in status.get("conditions", [])}.get("Ready")
+        if status.get("phase") != "Running" or ready != "True":
+            waiting = [
+                c["state"]["waiting"].get("reason", "")
+                for c in status.get("containerStatuses", [])
+                if "waiting" in c.get("state", {})
+            ]
+            found[pod["metadata"]["name"]] = f"{status.get('phase')} {','.join(waiting)}".strip()
+    return found
+
+
+def resolve_in_node(docker: Docker, node: str, name: str, nameserver: str) -> str:
+    """`getent ahostsv4 name` in the node, asking `nameserver` (the cluster DNS's ClusterIP) in a
+    mount namespace of its own, so the node's resolv.conf stays as kind made it."""
+    script = (
+        f"echo 'nameserver {nameserver}' > /tmp/cluster-dns.conf"
+        " && mount --bind /tmp/cluster-dns.conf /etc/resolv.conf"
+        f" && getent ahostsv4 {name}"
+    )
+    found = docker.run("exec", node, "unshare", "--mount", "sh", "-c", script, check=False)
+    return found.stdout
+
+
+@pytest.mark.upstream("kubeadm-addon-images", "kubelet-iptables-hint-chain")
+def test_kube_proxy_and_coredns_run_and_services_answer(
+    docker: Docker, kind_cluster: Cluster, tier_cache_dir: Path
+):
+    """Every kube-system pod runs from the preloaded images (kube-proxy with the iptables
+    programs, CoreDNS from its module), and Services work: from the node, the cluster DNS's
+    ClusterIP (kube-proxy's DNAT to the CoreDNS pod on the pod network) resolves
+    `kubernetes.default` to the API server's ClusterIP, which CoreDNS itself learnt by
+    watching the API server through that ClusterIP from its pod."""
+    kubeconfig = kind_cluster.created.stdout
+    deadline = time.monotonic() + SERVICES_TIMEOUT_SECONDS
+    while True:
+        pods = kube_system_pods(tier_cache_dir, kubeconfig)
+        waiting = not_running(pods)
+        if not waiting or time.monotonic() > deadline:
+            break
+        time.sleep(2)
+    assert waiting == {}, waiting
+    names = [pod["metadata"]["name"] for pod in pods]
+    for app in ("coredns-", "kube-proxy-"):
+        assert any(name.startswith(app) for name in names), names
+    service = kubectl(
+        tier_cache_dir, kubeconfig, "get", "service", "kube-dns", "-n", "kube-system", "-o", "json"
+    )
+    dns_ip = json.loads(service.stdout)["spec"]["clusterIP"]
+    api = kubectl(tier_cache_dir, kubeconfig, "get", "service", "kubernetes", "-o", "json")
+    api_ip = json.loads(api.stdout)["spec"]["clusterIP"]
+    answer = resolve_in_node(
+        docker, kind_cluster.command.node, "kubernetes.default.svc.cluster.local", dns_ip
+    )
+    assert answer.split()[:1] == [api_ip], answer
+
+
+SETTLE_SECONDS = 30
+SAMPLES = 3
+UNITS = {"B": 1 / 2**20, "KiB": 1 / 2**10, "MiB": 1, "GiB": 2**10}
+
+
+def mebibytes(usage: str) -> float:
+    """`612.3MiB / 7.7GiB` (docker stats' MemUsage) -> 612.3."""
+    amount = usage.split("/")[0].strip()
+    number = amount.rstrip("BKMGiTt")
+    return float(number) * UNITS[amount[len(number) :]]
+
+
+def stats(docker: Docker, container: str) -> tuple[float, float]:
+    """(CPUs used, MiB) of the median of SAMPLES `docker stats --no-stream` readings."""
+    readings = []
+    for _ in range(SAMPLES):
+        found = docker.run("stats", "--no-stream", "--format", "{{json .}}", container)
+        line = json.loads(found.stdout)
+        readings.append((float(line["CPUPerc"].rstrip("%")) / 100, mebibytes(line["MemUsage"])))
+        time.sleep(2)
+    cpus = sorted(r[0] for r in readings)[SAMPLES // 2]
+    return cpus, sorted(r[1] for r in readings)[SAMPLES // 2]
+
+
+def test_the_footprint_model_covers_the_measured_node_and_worker(
+    docker: Docker,
+    kind_cluster: Cluster,
+    tier_cache_dir: Path,
+    leave_script: LeaveScript,
+    request: pytest.FixtureRequest,
+):
+    """Item 6: the kind node (its control plane, kube-proxy and CoreDNS, settled; without
+    cert-manager, MetalLB and Kamaji, which the lab adds) and an idle worker container
+    (booted, not joined: no kubelet, kube-proxy, flannel or agent yet, issue 19) measured with
+    `docker stats` against planning/footprint.py's MANAGEMENT and WORKER. The figures are
+    printed at the end of the session (docs/scaling.md quotes them)."""
+    worker = create_as_the_provider(docker, leave_script.attributes)
+    assert wait_for_boot(docker, worker) == "running"
+    kube_system_pods(tier_cache_dir, kind_cluster.created.stdout)
+    time.sleep(SETTLE_SECONDS)
+    node_cpus, node_mib = stats(docker, kind_cluster.command.node)
+    worker_cpus, worker_mib = stats(docker, worker)
+    request.config.stash[FOOTPRINT] = {
+        "management node": (node_cpus, node_mib, footprint.MANAGEMENT),
+        "idle worker (not joined)": (worker_cpus, worker_mib, footprint.WORKER),
+    }
+    assert node_mib < footprint.MANAGEMENT.memory_mb and node_cpus < footprint.MANAGEMENT.cpus
+    assert worker_mib < footprint.WORKER.memory_mb and worker_cpus < footprint.WORKER.cpus
+
+
 def test_a_second_create_reuses_the_cluster(
     docker: Docker, kind_cluster: Cluster, tier_cache_dir: Path
 ):
@@ -172,6 +297,92 @@ def test_a_second_create_reuses_the_cluster(
         yaml.safe_load(again.stdout)["clusters"]
         == yaml.safe_load(kind_cluster.created.stdout)["clusters"]
     )
+
+
+@dataclass
+class LeaveScript:
+    """The program's leave script of a worker (its join Command's `delete`) and environment,
+    and the container it is for, created from the node image as the provider creates it."""
+
+    script: str
+    environment: dict[str, str]
+    attributes: dict[str, Any]  # the worker container's provider configuration
+
+
+@pytest.fixture
+def leave_script(docker: Docker, mirrored_node_image: str) -> Iterator[LeaveScript]:
+    run = mirrored_run(mirrored_node_image)
+    join = run.named(f"{WORKER}-join").inputs
+    image_id = json.loads(docker.run("image", "inspect", mirrored_node_image).stdout)[0]["Id"]
+    attributes = {**container_attributes(run.named(WORKER).inputs), "image": image_id}
+    leftover(docker, WORKER)
+    try:
+        yield LeaveScript(join["delete"], dict(join["environment"]), attributes)
+    finally:
+        leftover(docker, WORKER)
+
+
+def fake_node(tier_cache: Path, kubeconfig: str, name: str) -> None:
+    """A Node object named like the worker, as its kubelet would have registered it (afresh:
+    one that an earlier case left behind goes first)."""
+    kubectl(tier_cache, kubeconfig, "delete", "node", name, "--ignore-not-found")
+    manifest = json.dumps({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}})
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as file:
+        file.write(manifest)
+        file.flush()
+        created = kubectl(tier_cache, kubeconfig, "create", "-f", file.name)
+    assert created.returncode == 0, created.stderr
+
+
+def container_status(docker: Docker, name: str) -> str:
+    found = docker.run("inspect", "--format", "{{.State.Status}}", name, check=False)
+    return found.stdout.strip() if found.returncode == 0 else "absent"
+
+
+@pytest.mark.parametrize("state", ["running", "exited", "absent"])
+def test_the_leave_script_deletes_the_node_whatever_the_container_does(
+    docker: Docker,
+    kind_cluster: Cluster,
+    tier_cache_dir: Path,
+    leave_script: LeaveScript,
+    state: str,
+):
+    """The worker's leave script (builders/scripts.py, node_delete_script), with the
+    environment WorkerPool gives it, for a worker container that runs, is stopped or is gone:
+    it exits 0, the Node object is gone, and the container is left as it was (the provider
+    removes it). The management cluster's API server stands in for the tenant's (the Node
+    is a fake one named like the worker; a tenant joins workers in issue 19), reached with
+    the kubeconfig kind exported, as LAB_KUBECONFIG carries a tenant's."""
+    kubeconfig = kind_cluster.created.stdout
+    if state != "absent":
+        container = create_as_the_provider(docker, leave_script.attributes)
+        if state == "exited":
+            docker.run("stop", container)
+    assert container_status(docker, WORKER) == state
+    fake_node(tier_cache_dir, kubeconfig, WORKER)
+    environment = {**leave_script.environment, "LAB_KUBECONFIG": kubeconfig}
+    left = run_script(docker, tier_cache_dir, leave_script.script, environment)
+    assert left.returncode == 0, left.stderr
+    assert "warning" not in left.stderr, left.stderr
+    found = kubectl(tier_cache_dir, kubeconfig, "get", "node", WORKER, "--ignore-not-found")
+    assert (found.returncode, found.stdout) == (0, ""), (found.stdout, found.stderr)
+    assert container_status(docker, WORKER) == state
+    # a second run (a destroy retried after the node went) exits 0 as well
+    again = run_script(docker, tier_cache_dir, leave_script.script, environment)
+    assert (again.returncode, again.stderr) == (0, ""), again.stderr
+
+
+def test_the_leave_script_only_warns_when_the_tenant_is_unreachable(
+    docker: Docker, kind_cluster: Cluster, tier_cache_dir: Path, leave_script: LeaveScript
+):
+    """A tenant that is gone (its API server address refuses) must not stop a destroy."""
+    kubeconfig = yaml.safe_load(kind_cluster.created.stdout)
+    for cluster in kubeconfig["clusters"]:
+        cluster["cluster"]["server"] = "https://127.0.0.1:1"  # nothing listens on port 1
+    environment = {**leave_script.environment, "LAB_KUBECONFIG": yaml.safe_dump(kubeconfig)}
+    left = run_script(docker, tier_cache_dir, leave_script.script, environment)
+    assert left.returncode == 0, left.stderr
+    assert f"warning: could not delete node {WORKER} from its tenant" in left.stderr
 
 
 def test_the_delete_script_removes_the_cluster(

@@ -11,13 +11,16 @@ from __future__ import annotations
 import functools
 import json
 import re
+import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from docker_host import Docker
 from node_image import (
+    IPTABLES_WRAPPER,
     K8S_VERSION,
     NODE_BINARIES,
     image_file_name,
@@ -89,16 +92,11 @@ def test_the_kubelet_of_the_image_accepts_cgroup_v1(docker: Docker, node_image: 
     assert "--fail-cgroupv1" in helped
 
 
-# Not preloaded yet: kubeadm's CoreDNS and kube-proxy (their pods wait in ImagePullBackOff;
-# kind waits only for the node). kubeadm lists pause 3.10.1; the node runs kind's sandbox image.
-NOT_PRELOADED = (
-    "registry.k8s.io/coredns/coredns:",
-    "registry.k8s.io/kube-proxy:",
-    "registry.k8s.io/pause:",
-)
+# kubeadm lists pause 3.10.1; the node runs kind's sandbox image (containerd's config).
+NOT_PRELOADED = ("registry.k8s.io/pause:",)
 
 
-@pytest.mark.upstream("kind-node-image-layout")
+@pytest.mark.upstream("kind-node-image-layout", "kubeadm-addon-images")
 def test_the_image_holds_the_images_kubeadm_runs(docker: Docker, node_image: str):
     """kind's node build imports `kubeadm config images list` and the sandbox image."""
     listed = run_in_image(
@@ -189,3 +187,29 @@ def test_the_booted_worker_gives_the_provider_no_diff(docker: Docker, booted_wor
     assert found["State"]["Running"], found["State"]
     state = container_state(found, attributes["image"])
     assert container_differences(attributes, state) == set(), state
+
+
+@pytest.mark.upstream("kubelet-iptables-hint-chain")
+@pytest.mark.parametrize(
+    ("hinted", "chosen"), [("nft", "nft"), ("legacy", "legacy"), (None, "nft")]
+)
+def test_the_kube_proxy_images_iptables_follows_the_kubelets_mode(
+    tmp_path: Path, hinted: str | None, chosen: str
+):
+    """The wrapper (no daemon needed): the mode whose mangle table holds KUBE-IPTABLES-HINT,
+    else nft; the command and its arguments passed on to that mode's program."""
+    for mode in ("nft", "legacy"):
+        hint = ":KUBE-IPTABLES-HINT - [0:0]" if mode == hinted else ""
+        program = tmp_path / f"xtables-{mode}-multi"
+        program.write_text(
+            f'#!/bin/sh\ncase $1 in *-save) echo "*mangle\n{hint}" ;; *) echo "{mode} $*" ;; esac\n'
+        )
+        program.chmod(0o755)
+    wrapper = tmp_path / "iptables-restore"
+    wrapper.write_text(IPTABLES_WRAPPER)
+    wrapper.chmod(0o755)
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin"}
+    ran = subprocess.run(
+        [str(wrapper), "--noflush", "-w", "5"], env=env, capture_output=True, text=True
+    )
+    assert ran.stdout.strip() == f"{chosen} iptables-restore --noflush -w 5", ran.stderr

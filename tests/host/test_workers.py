@@ -2,9 +2,10 @@
 
 The declaration is the program's (`tenant-a-worker-1` of the lab stack); the requests are
 what terraform-provider-docker v4.5.0 makes of it (create, disconnect `bridge`, connect the
-lab network, start; tests/support/docker_readback.py). The image is a STAND-IN: the tier's
-busybox, since no kind node image is built here yet (issue 18, item 2). So this checks what
-Docker stores and what the provider reads back, not systemd, containerd or the leave script.
+lab network, start; tests/support/docker_readback.py). The image is the tier's busybox, which
+starts in a second: this checks what Docker stores and what the provider reads back. The same
+worker from the kind node image built here, booting systemd and containerd, is
+test_node_image.py's; the leave script is test_management_cluster.py's.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from tests.support.docker_readback import (
 )
 
 WORKER = "tenant-a-worker-1"
-STAND_IN = "the tier's busybox image stands in for the kind node image (not built yet)"
+STAND_IN = "the tier's busybox image stands in for the node image: declaration and read-back only"
 
 
 def create_as_the_provider(docker: Docker, attributes: dict[str, Any]) -> str:
