@@ -7,11 +7,10 @@ import secrets
 import sys
 import time
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO
 
-from labcheck.cli import load_spec
+from labcheck.cli import add_spec_arguments, load_spec, now_iso
 from labcheck.cluster import ClusterError, ClusterFactory, Obj, likely_cause
 from labcheck.runner import SignalGuard
 from labcheck.spec import Spec, SpecError
@@ -31,11 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="How many cards a workload mix takes with HAMi's slices (--mix), or the "
         "slice-hours each tenant holds (--hours). Needs a running lab.",
     )
-    src = p.add_mutually_exclusive_group()
-    src.add_argument("--stack", help="read `pulumi stack output labcheckSpec` of this stack")
-    src.add_argument("--spec", metavar="FILE", help="read the spec JSON from a file")
-    src.add_argument("--spec-env", metavar="VAR", help="read the spec JSON from an env var")
-    p.add_argument("--cwd", help="Pulumi project directory for --stack (default: current)")
+    add_spec_arguments(p)
     what = p.add_mutually_exclusive_group()
     what.add_argument("--mix", metavar="FILE", help="run this workload mix (YAML)")
     what.add_argument(
@@ -62,10 +57,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="write capacity-report.json, capacity-hours.csv and capacity-placement.png/.svg",
     )
     return p
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def main(
@@ -146,7 +137,7 @@ def _run(
         if own_guard:
             guard.restore()
         progress.end()
-    files = write_reports(result, args.report_dir, when=_now()) if args.report_dir else []
+    files = write_reports(result, args.report_dir, when=now_iso()) if args.report_dir else []
     out.write("\n".join(terminal_lines(result)) + "\n")
     for f in files:
         out.write(f"wrote {f}\n")

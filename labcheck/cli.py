@@ -21,16 +21,21 @@ from .waiting import Clock, SystemClock
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m labcheck",
-        description="Validate a deployed kamaji-hami lab (exit 0 only if no check failed).",
-    )
+def add_spec_arguments(p: argparse.ArgumentParser) -> None:
+    """Where the spec comes from (read by load_spec): a stack, a file or an env var."""
     src = p.add_mutually_exclusive_group()
     src.add_argument("--stack", help="read `pulumi stack output labcheckSpec` of this stack")
     src.add_argument("--spec", metavar="FILE", help="read the spec JSON from a file")
     src.add_argument("--spec-env", metavar="VAR", help="read the spec JSON from an env var")
     p.add_argument("--cwd", help="Pulumi project directory for --stack (default: current)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m labcheck",
+        description="Validate a deployed kamaji-hami lab (exit 0 only if no check failed).",
+    )
+    add_spec_arguments(p)
     p.add_argument(
         "--report-dir",
         type=Path,
@@ -56,7 +61,7 @@ def load_spec(args: argparse.Namespace) -> Spec:
     return load_from_env(args.spec_env)
 
 
-def _now() -> str:
+def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
@@ -95,7 +100,7 @@ def main(
     guard = guard or SignalGuard()
     if own_guard:
         guard.install()
-    started = _now()
+    started = now_iso()
     try:
         outcome = run_checks(ctx, ALL_CHECKS, reporter, only=args.only, guard=guard)
     finally:
@@ -109,7 +114,7 @@ def main(
             stack=spec.stack,
             run_id=run_id,
             started=started,
-            finished=_now(),
+            finished=now_iso(),
             placement=ctx.card_maps,
         )
     reporter.summary(outcome, files)
