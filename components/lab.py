@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pulumi
@@ -213,9 +214,9 @@ def _management(cfg: LabConfig, network: LabNetwork | None) -> Management:
 
 
 def _platform(
-    cfg: LabConfig, plan: NetworkPlan, management: Management
+    cfg: LabConfig, plan: NetworkPlan, management: Management, charts_dir: Path | None
 ) -> tuple[MetalLB | None, Kamaji | None]:
-    if not _installs_platform(cfg):
+    if charts_dir is None:
         return None, None  # already there: another stack or the cluster's owner installed it
     metallb = MetalLB(
         "metallb",
@@ -234,6 +235,7 @@ def _platform(
             etcd_replicas=cfg.kamaji_etcd_replicas,
             etcd_volume_size=cfg.kamaji_etcd_volume_size,
             provider=management.provider,
+            charts_dir=charts_dir,
         ),
     )
     return metallb, kamaji
@@ -244,10 +246,13 @@ def _installs_platform(cfg: LabConfig) -> bool:
 
 
 def build_lab(cfg: LabConfig, stack: str) -> Lab:
-    if _installs_platform(cfg):
-        # Before the first registration: a machine that cannot fetch Kamaji's charts stops
-        # with one line, not after half a plan (Kamaji's own call then finds them cached).
-        ensure_chart_cache(kamaji_source(cfg.kamaji_image_tag))
+    # At program time, in preview too, on whichever machine runs the program (the releases'
+    # Check loads local charts whenever their path is known), and before the first
+    # registration: a machine that cannot fetch them stops with one line, not after half a
+    # plan. Fetched once per checkout; never deleted, as another stack may use the same ones.
+    charts_dir = (
+        ensure_chart_cache(kamaji_source(cfg.kamaji_image_tag)) if _installs_platform(cfg) else None
+    )
     plan = plan_network(cfg)
     host = host_plan(cfg)  # None: nothing of this stack runs on this host
     first: list[pulumi.Resource] = []
@@ -261,7 +266,7 @@ def build_lab(cfg: LabConfig, stack: str) -> Lab:
     # With an existing cluster, container workers join the network its stack created.
     network_name = network.name if network else cfg.network_name
     management = _management(cfg, network)
-    metallb, kamaji = _platform(cfg, plan, management)
+    metallb, kamaji = _platform(cfg, plan, management, charts_dir)
     platform: list[pulumi.Resource] = [p for p in (metallb, kamaji) if p is not None]
     tenants = {
         t.name: build_tenant(cfg, t, plan, network_name, management, platform, first)

@@ -10,6 +10,7 @@ The CRDs are their own release of the tag's `kamaji-crds` chart: Helm installs a
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -22,7 +23,7 @@ from builders.kamaji import (
     kamaji_values,
 )
 from components.helm import local_chart_release, pinned_release
-from components.platform.kamaji_chart import ensure_chart_cache, release_chart_path
+from components.platform.kamaji_chart import release_chart_path
 from labconfig.kamaji_sources import kamaji_source
 
 
@@ -33,6 +34,9 @@ class KamajiArgs:
     etcd_replicas: int
     etcd_volume_size: str
     provider: k8s.Provider
+    # The pinned commit's charts on this machine (kamaji_chart.ensure_chart_cache), fetched by
+    # the program before its first registration.
+    charts_dir: Path
 
 
 class Kamaji(pulumi.ComponentResource):
@@ -51,10 +55,7 @@ class Kamaji(pulumi.ComponentResource):
             values=cert_manager_values(),
             opts=child,
         )
-        # At program time, in preview too, on whichever machine runs the program: the
-        # releases' Check loads the charts whenever their path is known. Fetched once per
-        # checkout; never deleted, as another stack of the same Kamaji release may use it.
-        charts_dir = ensure_chart_cache(source)
+        charts_dir = args.charts_dir
         self.crds = local_chart_release(
             f"{name}-crds",
             chart_dir=release_chart_path(charts_dir, "kamaji-crds"),
