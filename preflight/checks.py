@@ -37,6 +37,9 @@ CONNTRACK_MIN = 131072
 CONNTRACK_CAP = 1048576
 CONNTRACK_CAP_SINCE = (1, 36)
 CONNTRACK_CAP_VERSION = "v{}.{}".format(*CONNTRACK_CAP_SINCE)
+# Up to v1.35 kube-proxy skips the hashsize write when /sys is read-only, as it is in a worker;
+# v1.36.0 dropped that skip (kubernetes#134108), so a small hashsize makes it exit there.
+HASHSIZE_STRICT_SINCE = (1, 36)
 
 SYSCTL_D = "/etc/sysctl.d/90-kamaji-hami-lab"
 BRIDGE_NF = "/proc/sys/net/bridge/bridge-nf-call-iptables"
@@ -88,8 +91,10 @@ def module_fix(module: str, conf: str) -> tuple[str, str]:
 def kube_proxy_conntrack_max(version: str, cpus: int) -> int:
     """The nf_conntrack_max kube-proxy of `version` writes on a host with `cpus` CPUs.
 
-    It writes whenever the value differs, higher or lower; in a worker container the write
-    fails and kube-proxy exits, so the host must already hold exactly this value.
+    It writes whenever the value differs, higher or lower; in a worker container the kernel
+    refuses the write (the sysctl is read-only outside the initial netns) and kube-proxy
+    exits, so the host must already hold exactly this value (seen with v1.35.4 on this kind
+    of worker: tests/host/test_kube_proxy_conntrack.py).
     """
     scaled = CONNTRACK_PER_CPU * cpus
     if kubernetes_minor(version) >= CONNTRACK_CAP_SINCE and scaled > CONNTRACK_CAP:
@@ -126,13 +131,6 @@ def conntrack_findings(
         *(load if conntrack_max is None else ()),
         *sysctl_fix("net.netfilter.nf_conntrack_max", target, "conntrack"),
     )
-    buckets = target // 4
-    hash_fix = (
-        *(load if hashsize is None else ()),
-        f"echo {buckets} | sudo tee {HASHSIZE}",
-        f"echo 'options nf_conntrack hashsize={buckets}' | sudo tee "
-        "/etc/modprobe.d/kamaji-hami-lab.conf",
-    )
     who = f"kube-proxy {', '.join(owners)} on {cpus} CPUs"
     return [
         Finding(
@@ -142,14 +140,39 @@ def conntrack_findings(
             f"(need exactly {target}: {who} rewrites any other value and crash-loops)",
             max_fix,
         ),
-        Finding(
-            "conntrack hashsize",
-            hashsize is not None and hashsize >= buckets,
-            f"{hashsize if hashsize is not None else 'nf_conntrack not loaded'} "
-            f"(need >= {buckets}, a quarter of {target}: {who} raises a smaller one)",
-            hash_fix,
-        ),
+        hashsize_finding(hashsize, target, owners, load),
     ]
+
+
+def hashsize_finding(
+    hashsize: int | None, target: int, versions: Sequence[str], load: tuple[str, ...]
+) -> Finding:
+    """kube-proxy raises a hashsize below target/4. In a worker /sys is read-only (kind's
+    entrypoint remounts it; a pod's sysfs in that netns is too): up to v1.35 kube-proxy then
+    only logs it and runs on, from v1.36 the write fails and it exits."""
+    buckets = target // 4
+    strict = [v for v in versions if kubernetes_minor(v) >= HASHSIZE_STRICT_SINCE]
+    fix = (
+        *(load if hashsize is None else ()),
+        f"echo {buckets} | sudo tee {HASHSIZE}",
+        f"echo 'options nf_conntrack hashsize={buckets}' | sudo tee "
+        "/etc/modprobe.d/kamaji-hami-lab.conf",
+    )
+    found = f"{hashsize}" if hashsize is not None else "nf_conntrack not loaded"
+    if not strict:
+        return Finding(
+            "conntrack hashsize",
+            True,
+            f"{found} (kube-proxy {', '.join(versions)} leaves it as it is in a worker; "
+            f"{buckets}, a quarter of {target}, keeps its hash chains short)",
+        )
+    return Finding(
+        "conntrack hashsize",
+        hashsize is not None and hashsize >= buckets,
+        f"{found} (need >= {buckets}, a quarter of {target}: kube-proxy {', '.join(strict)} "
+        "raises a smaller one, which fails in a worker, and crash-loops)",
+        fix,
+    )
 
 
 def size_findings(facts: HostFacts, sizing: Sizing, previous: Sizing | None) -> list[Finding]:

@@ -87,11 +87,15 @@ def test_kube_proxy_target_per_version_and_cpus(version, cpus, target):
     assert kube_proxy_conntrack_max(version, cpus) == target
 
 
-@pytest.mark.upstream("kube-proxy-conntrack-max-exact")
+@pytest.mark.upstream(
+    "kube-proxy-conntrack-max-exact", "nf-conntrack-max-read-only-outside-the-initial-netns"
+)
 @pytest.mark.parametrize("host_value", [65536, 131071, 131073, 262144, 1048576])
 def test_conntrack_max_fails_when_it_differs_either_way(host_value):
     """B3: a value above kube-proxy's target crash-loops it as surely as one below; the
-    kernel default 262144 is the README's old advice and is wrong on a 4-CPU host."""
+    kernel default 262144 is the README's old advice and is wrong on a 4-CPU host. Seen with
+    v1.35.4 in a worker at 2 x and 0.5 x its target (tests/host/test_kube_proxy_conntrack.py):
+    "open /proc/sys/net/netfilter/nf_conntrack_max: permission denied", exit 1."""
     fixes = failed(replace(GOOD, conntrack_max=host_value))
     assert fixes == {
         "nf_conntrack_max": (
@@ -102,20 +106,41 @@ def test_conntrack_max_fails_when_it_differs_either_way(host_value):
     }
 
 
+V1_36 = replace(PLAN, kube_proxy_versions=("v1.36.0",))
+
+
 @pytest.mark.upstream("kube-proxy-conntrack-hashsize")
-def test_hashsize_below_a_quarter_of_the_target_fails_with_the_exact_value():
-    """T7: on 40 CPUs v1.35 wants 1310720, so hashsize >= 327680; the >4 GB default 262144
-    is too small, and kube-proxy's own write of it fails outside the initial netns."""
-    host = replace(GOOD, cpus=40, conntrack_max=1310720, conntrack_hashsize=262144)
-    assert failed(host) == {
+def test_hashsize_below_a_quarter_of_the_target_fails_for_v1_36_with_the_exact_value():
+    """T7: on 8 CPUs v1.36 wants 262144, so hashsize >= 65536; it raises a smaller one, the
+    write fails in a worker (read-only /sys), and from v1.36 kube-proxy exits on that."""
+    host = replace(GOOD, cpus=8, conntrack_max=262144, conntrack_hashsize=32768)
+    assert failed(host, V1_36) == {
         "conntrack hashsize": (
-            "echo 327680 | sudo tee /sys/module/nf_conntrack/parameters/hashsize",
-            "echo 'options nf_conntrack hashsize=327680' | "
+            "echo 65536 | sudo tee /sys/module/nf_conntrack/parameters/hashsize",
+            "echo 'options nf_conntrack hashsize=65536' | "
             "sudo tee /etc/modprobe.d/kamaji-hami-lab.conf",
         )
     }
-    assert failed(replace(host, conntrack_hashsize=327680)) == {}
-    assert failed(replace(host, conntrack_hashsize=1048576)) == {}  # larger is never written
+    assert failed(replace(host, conntrack_hashsize=65536), V1_36) == {}
+    assert failed(replace(host, conntrack_hashsize=1048576), V1_36) == {}  # never lowered
+    both = replace(V1_36, kube_proxy_versions=("v1.35.0", "v1.36.0"))
+    (finding,) = [f for f in check_host(host, both) if f.check == "conntrack hashsize"]
+    assert not finding.ok and "kube-proxy v1.36.0 raises a smaller one" in finding.detail
+
+
+@pytest.mark.upstream("kube-proxy-conntrack-hashsize")
+@pytest.mark.parametrize("version", ["v1.31.0", "v1.35.0", "v1.35.4"])
+def test_a_small_hashsize_passes_below_v1_36(version):
+    """Seen with v1.35.4 in a worker (tests/host/test_kube_proxy_conntrack.py): /sys is
+    read-only there, kube-proxy logs "Sysfs is not writable", skips the write, and runs."""
+    plan = replace(PLAN, kube_proxy_versions=(version,))
+    host = replace(GOOD, cpus=40, conntrack_max=1310720, conntrack_hashsize=16384)
+    assert failed(host, plan) == {}
+    (finding,) = [f for f in check_host(host, plan) if f.check == "conntrack hashsize"]
+    assert finding.detail == (
+        f"16384 (kube-proxy {version} leaves it as it is in a worker; 327680, a quarter of "
+        "1310720, keeps its hash chains short)"
+    )
 
 
 @pytest.mark.upstream("kube-proxy-conntrack-cap-v1-36")
@@ -154,6 +179,9 @@ def test_conntrack_not_loaded_says_to_load_it_first():
         "echo nf_conntrack | sudo tee /etc/modules-load.d/kamaji-hami-lab.conf",
     )
     assert fixes["nf_conntrack_max"][2] == "sudo sysctl -w net.netfilter.nf_conntrack_max=131072"
+    assert "conntrack hashsize" not in fixes  # v1.35 leaves it alone in a worker
+    fixes = failed(replace(GOOD, conntrack_max=None, conntrack_hashsize=None), V1_36)
+    assert fixes["conntrack hashsize"][:2] == fixes["nf_conntrack_max"][:2]
     assert fixes["conntrack hashsize"][2].startswith("echo 32768 | sudo tee ")
 
 
@@ -405,28 +433,33 @@ def test_every_sysctl_and_module_fix_is_persisted():
     # systemd-sysctl, systemd-modules-load and modprobe read only *.conf files there.
     persisted = re.compile(r"/etc/(sysctl|modules-load|modprobe)\.d/[^/]+\.conf")
     settings, modules = set(), set()
-    for host in (worst, unloaded):
-        for fix in failed(host).values():
-            tees = [m.groups() for line in fix if (m := TEE.fullmatch(line))]
-            for text, path in tees:
-                written.setdefault(path, set()).add(text)
-            for text, path in tees:
-                if m := MODULE_PARAMETER.fullmatch(path):  # a module parameter set at runtime
-                    assert any(
-                        t == f"options {m[1]} {m[2]}={text}" and p.startswith("/etc/modprobe.d/")
-                        for t, p in tees
-                    ), path
-            for line in fix:
-                if m := SYSCTL_W.fullmatch(line):
-                    settings.add(m[1])
-                    assert any(
-                        t == f"{m[1]}={m[2]}" and p.startswith("/etc/sysctl.d/") for t, p in tees
-                    ), line
-                if m := MODPROBE.fullmatch(line):
-                    modules.add(m[1])
-                    assert any(
-                        t == m[1] and p.startswith("/etc/modules-load.d/") for t, p in tees
-                    ), line
+    fixes = [
+        fix
+        for host in (worst, unloaded)
+        for plan in (PLAN, V1_36)
+        for fix in failed(host, plan).values()
+    ]
+    for fix in fixes:
+        tees = [m.groups() for line in fix if (m := TEE.fullmatch(line))]
+        for text, path in tees:
+            written.setdefault(path, set()).add(text)
+        for text, path in tees:
+            if m := MODULE_PARAMETER.fullmatch(path):  # a module parameter set at runtime
+                assert any(
+                    t == f"options {m[1]} {m[2]}={text}" and p.startswith("/etc/modprobe.d/")
+                    for t, p in tees
+                ), path
+        for line in fix:
+            if m := SYSCTL_W.fullmatch(line):
+                settings.add(m[1])
+                assert any(
+                    t == f"{m[1]}={m[2]}" and p.startswith("/etc/sysctl.d/") for t, p in tees
+                ), line
+            if m := MODPROBE.fullmatch(line):
+                modules.add(m[1])
+                assert any(t == m[1] and p.startswith("/etc/modules-load.d/") for t, p in tees), (
+                    line
+                )
     assert settings == {
         "fs.inotify.max_user_instances",
         "fs.inotify.max_user_watches",
