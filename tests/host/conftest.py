@@ -32,6 +32,7 @@ from footprint_report import FOOTPRINT, footprint_lines
 from images import busybox_image
 from node_image import Timings, build_node_image, publish
 from program import NETWORK_RESOURCE, CreatedNetwork, declared, lab_run
+from tenant_lab import TenantLab, tenant_lab
 
 from tests.support.docker_readback import (
     negotiated_api_version,
@@ -126,10 +127,25 @@ def lab_network(docker: Docker) -> Iterator[CreatedNetwork]:
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     measured = terminalreporter.config.stash.get(FOOTPRINT, None)
     if measured:
-        terminalreporter.section("host tier footprint (docker stats, medians)")
+        terminalreporter.section("host tier footprint (cgroups: CPU over 6 s, memory as docker)")
         for line in footprint_lines(measured):
             terminalreporter.write_line(line)
     if TIMINGS:
         terminalreporter.section("host tier timings")
         for what, seconds in TIMINGS.items():
             terminalreporter.write_line(f"{what}: {seconds:.1f} s")
+
+
+@pytest.fixture(scope="session")
+def tenants(
+    docker: Docker, tier_cache_dir: Path, mirrored_node_image: str, lab_network: CreatedNetwork
+) -> Iterator[TenantLab]:
+    """Two tenants, each a control plane as Kamaji builds it and two joined workers with
+    flannel (tenant_lab.py). Session-wide: the tests of the joins, the agent, labcheck and
+    the workers' lifecycle share it (the lifecycle's module comes last)."""
+    docker.require_privileged()
+    started = time.monotonic()
+    with tenant_lab(docker, tier_cache_dir, mirrored_node_image, lab_network.name) as lab:
+        TIMINGS["tenants: up"] = time.monotonic() - started
+        TIMINGS.update({f"tenants: {what}": seconds for what, seconds in lab.timings.items()})
+        yield lab

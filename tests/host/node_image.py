@@ -20,8 +20,10 @@ No registry is reachable, so the tier builds what `kindest/node:v1.35.4` would b
 Two adaptations for this machine class, both in the image, none in the program: kubelet v1.35
 refuses cgroup v1 unless told (`--fail-cgroupv1=false` in /etc/default/kubelet, which kind's
 10-kubeadm.conf passes on), and where the node's bounding set lacks CAP_SYS_RESOURCE containerd
-clamps pod OOM scores (`restrict_oom_score_adj`, as kind does for rootless nodes). The default
-CNI is the plugins' ptp + host-local for the one node (/etc/cni/net.d), not kindnetd.
+clamps pod OOM scores (`restrict_oom_score_adj`, as kind does for rootless nodes). As in
+kindest/node, /opt/cni/bin holds host-local, loopback, ptp and portmap and /etc/cni/net.d is
+empty; kind's default CNI manifest, kindnetd upstream, is here a DaemonSet of preloaded images
+that writes a ptp + host-local conflist over the cluster's pod subnet.
 
 Everything is cached by a key of its inputs under `<tier cache>/node-image/`; `build_node_image`
 returns the local tag, `publish` the digest-pinned name a site mirror would give it (a
@@ -90,13 +92,17 @@ KUBE_PROXY_PACKAGES = ("iptables", "conntrack", "dash")
 NOT_IN_IMAGES = ("dpkg", "debianutils")
 
 
+def kube_proxy_image(k8s_version: str = K8S_VERSION) -> str:
+    return f"{REGISTRY}/kube-proxy:{k8s_version}"
+
+
 def kubeadm_images(k8s_version: str = K8S_VERSION) -> tuple[ImageSpec, ...]:
     """The images `kubeadm config images list` names (kubeadm lists pause 3.10.1; the node
     runs kind's sandbox image instead, preloaded_images adds it)."""
     control_plane = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
     return (
         *(ImageSpec(f"{REGISTRY}/{cmd}:{k8s_version}", cmd) for cmd in control_plane),
-        ImageSpec(f"{REGISTRY}/kube-proxy:{k8s_version}", "kube-proxy", (), KUBE_PROXY_PACKAGES),
+        ImageSpec(kube_proxy_image(k8s_version), "kube-proxy", (), KUBE_PROXY_PACKAGES),
         ImageSpec(f"{REGISTRY}/etcd:{ETCD_IMAGE_TAG}", "etcd"),
         # kubeadm's Deployment gives only args (-conf ...): the entrypoint is the program
         ImageSpec(
@@ -173,6 +179,26 @@ if (( (0x$bounding >> 24 & 1) == 0 )); then
     /etc/containerd/config.toml
 fi
 """
+# The kubelet (cgroup v1) validates its cgroupRoot in cpu, cpuacct, cpuset, memory, pids,
+# systemd and, when mounted, hugetlb. kind's entrypoint makes /kubelet and /kubelet.slice in the
+# controllers mounted when the container starts; a host that mounts no hugetlb hierarchy (this
+# one) leaves it to the node's systemd, which mounts it later, at the hierarchy's root that every
+# container shares, and removes kubelet.slice there when one node stops. Made again before each
+# kubelet start, or the kubelet exits: `cgroup ["kubelet"] has some missing paths`.
+KUBELET_CGROUP_SCRIPT = """\
+#!/bin/bash
+set -euo pipefail
+[[ -f /sys/fs/cgroup/cgroup.controllers ]] && exit 0  # cgroup v2: kind's own script
+for controller in cpu cpuacct cpuset memory pids systemd hugetlb; do
+  mount=/sys/fs/cgroup/$controller
+  [[ -d $mount && ! -L $mount ]] || continue
+  mkdir -p "$mount/kubelet" "$mount/kubelet.slice"
+done
+"""
+KUBELET_DROP_IN = """\
+[Service]
+ExecStartPre=/kind/bin/create-kubelet-cgroup-v1.sh
+"""
 CONTAINERD_DROP_IN = """\
 [Service]
 ExecStartPre=/kind/bin/restrict-oom-score-adj.sh
@@ -203,20 +229,16 @@ for image in /kind/images/*.tar; do
     --snapshotter="${snapshotter:-overlayfs}" "$image"
 done
 """
-# kind templates this manifest (PodSubnet) when it says so; this one needs no image: a
-# ConfigMap stating the CNI the image ships (/etc/cni/net.d), enough for `kubectl apply`.
-DEFAULT_CNI_MANIFEST = """\
-# would you kindly template this file
-apiVersion: v1
-kind: ConfigMap
-metadata:
-  name: host-tier-cni
-  namespace: kube-system
-data:
-  podSubnet: "{{ .PodSubnet }}"
-  cni: "ptp + host-local from /etc/cni/net.d/10-host-tier.conflist (the node image's)"
-"""
-# kind's default pod subnet; the one node's pods get addresses from it (ptp, masquerade out).
+# As kindest/node: host-local, loopback, ptp and portmap in /opt/cni/bin (containerd's default
+# bin_dir: a CNI's installer, flannel's too, copies its plugin there) and no CNI config in
+# /etc/cni/net.d, so a node is Ready only once a CNI wrote one. Debian's package has them in
+# /usr/lib/cni.
+CNI_PLUGINS = ("host-local", "loopback", "ptp", "portmap")
+CNI_BIN_DIR = "opt/cni/bin"
+DEBIAN_CNI_DIR = "usr/lib/cni"
+CNI_CONFLIST_NAME = "10-host-tier.conflist"
+# The conflist the management cluster's CNI writes: ptp + host-local over kind's pod subnet
+# (one node: its pods get addresses from the whole subnet, masqueraded out).
 CNI_CONFLIST = {
     "cniVersion": "0.4.0",
     "name": "host-tier",
@@ -226,7 +248,7 @@ CNI_CONFLIST = {
             "ipMasq": True,
             "ipam": {
                 "type": "host-local",
-                "ranges": [[{"subnet": "10.244.0.0/24"}]],
+                "ranges": [[{"subnet": "{{ .PodSubnet }}"}]],
                 "routes": [{"dst": "0.0.0.0/0"}],
             },
             "mtu": 1500,
@@ -234,11 +256,61 @@ CNI_CONFLIST = {
         {"type": "portmap", "capabilities": {"portMappings": True}},
     ],
 }
-# Appended to kind's containerd config (version 2): Debian's plugins live in /usr/lib/cni.
-CONTAINERD_CONFIG_TAIL = """
-[plugins."io.containerd.grpc.v1.cri".cni]
-  bin_dir = "/usr/lib/cni"
-  conf_dir = "/etc/cni/net.d"
+DEFAULT_CNI_NAME = "host-tier-cni"
+# What kind applies as the default CNI (kindnet upstream: a DaemonSet on the host's network,
+# tolerating every taint, that writes the conflist into the host's /etc/cni/net.d). Here
+# from preloaded images only: kube-proxy's has dash, whose printf writes the file in one
+# write(2); the sandbox image's pause keeps the pod running. kind templates the manifest
+# ({{ .PodSubnet }}) when its first line says so.
+DEFAULT_CNI_WRITE = "printf '%s\\n' \"$CNI_CONFLIST\" > /host/etc/cni/net.d/" + CNI_CONFLIST_NAME
+
+
+def default_cni_manifest(writer_image: str, pause_image: str) -> str:
+    conflist = json.dumps(CNI_CONFLIST, separators=(",", ":"))
+    return f"""\
+# would you kindly template this file
+apiVersion: apps/v1
+kind: DaemonSet
+metadata:
+  name: {DEFAULT_CNI_NAME}
+  namespace: kube-system
+  labels:
+    app: {DEFAULT_CNI_NAME}
+spec:
+  selector:
+    matchLabels:
+      app: {DEFAULT_CNI_NAME}
+  template:
+    metadata:
+      labels:
+        app: {DEFAULT_CNI_NAME}
+    spec:
+      hostNetwork: true
+      priorityClassName: system-node-critical
+      tolerations:
+      - operator: Exists
+      initContainers:
+      - name: write-cni-config
+        image: {writer_image}
+        command: ["/bin/sh", "-c", {json.dumps(DEFAULT_CNI_WRITE)}]
+        env:
+        - name: CNI_CONFLIST
+          value: {json.dumps(conflist)}
+        volumeMounts:
+        - name: cni-cfg
+          mountPath: /host/etc/cni/net.d
+      containers:
+      - name: pause
+        image: {pause_image}
+        resources:
+          requests:
+            cpu: 10m
+            memory: 8Mi
+      volumes:
+      - name: cni-cfg
+        hostPath:
+          path: /etc/cni/net.d
+          type: DirectoryOrCreate
 """
 
 
@@ -355,9 +427,11 @@ def _remove_tree(path: Path) -> None:
         _run(["rm", "-rf", "--one-file-system", str(path)])
 
 
-def debian_rootfs(paths: BuildPaths, mirror: str = DEBIAN_MIRROR) -> Path:
-    """Debian's minbase with PACKAGES, once per (suite, mirror, packages)."""
-    key = _digest(DEBIAN_SUITE, mirror, *PACKAGES)[:16]
+def debian_rootfs(
+    paths: BuildPaths, mirror: str = DEBIAN_MIRROR, packages: Sequence[str] = PACKAGES
+) -> Path:
+    """Debian's minbase with `packages`, once per (suite, mirror, packages)."""
+    key = _digest(DEBIAN_SUITE, mirror, *packages)[:16]
     target = paths.rootfs(key)
     if (target / ".complete").exists():
         return target
@@ -369,7 +443,7 @@ def debian_rootfs(paths: BuildPaths, mirror: str = DEBIAN_MIRROR) -> Path:
         [
             "debootstrap",
             "--variant=minbase",
-            f"--include={','.join(PACKAGES)}",
+            f"--include={','.join(packages)}",
             DEBIAN_SUITE,
             str(partial),
             mirror,
@@ -494,20 +568,28 @@ def binary_layer(
             _tar_add(tar, "pause", content)
         if packages:
             assert rootfs is not None, "packages come from the node's root file system"
-            for top in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
-                if (rootfs / top).is_symlink():  # merged /usr's links: /bin/sh must resolve
-                    _tar_file(tar, rootfs, top)
-            status = (rootfs / "var/lib/dpkg/status").read_text()
-            files = package_files(rootfs, package_closure(status, packages))
-            wrapped = (
-                {f"usr/sbin/{c}" for c in IPTABLES_COMMANDS} if "iptables" in packages else set()
-            )
-            for relative in files:
-                if relative not in wrapped:  # alternatives' links into /etc: the wrapper instead
-                    _tar_file(tar, rootfs, relative)
-            for relative in sorted(wrapped):
-                _tar_add(tar, relative, IPTABLES_WRAPPER.encode())
+            add_packages(tar, rootfs, packages)
     return buffer.getvalue()
+
+
+def add_packages(tar: tarfile.TarFile, rootfs: Path, packages: Sequence[str]) -> None:
+    """The files of `packages` and what they depend on, from `rootfs` (and the iptables
+    wrapper in place of the alternatives' links when iptables is among them)."""
+    tops = [
+        t for t in ("bin", "sbin", "lib", "lib32", "lib64", "libx32") if (rootfs / t).is_symlink()
+    ]
+    for top in tops:  # merged /usr's links: /bin/sh must resolve
+        _tar_file(tar, rootfs, top)
+    status = (rootfs / "var/lib/dpkg/status").read_text()
+    files = package_files(rootfs, package_closure(status, packages))
+    wrapped = {f"usr/sbin/{c}" for c in IPTABLES_COMMANDS} if "iptables" in packages else set()
+    for relative in files:
+        # the wrapper instead of the alternatives' links into /etc; the links above once
+        # (dpkg lists /bin and /lib64 too; `docker load` refuses a layer with a path twice)
+        if relative not in wrapped and relative not in tops:
+            _tar_file(tar, rootfs, relative)
+    for relative in sorted(wrapped):
+        _tar_add(tar, relative, IPTABLES_WRAPPER.encode())
 
 
 def docker_archive(reference: str, layer: bytes, entrypoint: Sequence[str]) -> bytes:
@@ -625,12 +707,15 @@ def apply_node_layout(
     (root / "kind/version").write_text(k8s_version)
     manifests = root / "kind/manifests"
     manifests.mkdir(parents=True, exist_ok=True)
-    (manifests / "default-cni.yaml").write_text(DEFAULT_CNI_MANIFEST)
-    net_d = root / "etc/cni/net.d"
-    net_d.mkdir(parents=True, exist_ok=True)
-    (net_d / "10-host-tier.conflist").write_text(json.dumps(CNI_CONFLIST, indent=2) + "\n")
-    config = root / "etc/containerd/config.toml"
-    config.write_text(config.read_text() + CONTAINERD_CONFIG_TAIL)
+    config = (root / "etc/containerd/config.toml").read_text()
+    (manifests / "default-cni.yaml").write_text(
+        default_cni_manifest(kube_proxy_image(k8s_version), sandbox_image(config))
+    )
+    (root / "etc/cni/net.d").mkdir(parents=True, exist_ok=True)  # empty, as kind's
+    bin_dir = root / CNI_BIN_DIR
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    for plugin in CNI_PLUGINS:
+        shutil.copy2(root / DEBIAN_CNI_DIR / plugin, bin_dir / plugin)
     (root / "etc/default/kubelet").write_text(KUBELET_DEFAULTS)
     shutil.copytree(images, root / "kind/images", dirs_exist_ok=True)
     (root / "kind/bin/import-images.sh").write_text(IMPORT_SCRIPT)
@@ -640,6 +725,11 @@ def apply_node_layout(
     drop_ins = root / "etc/systemd/system/containerd.service.d"
     drop_ins.mkdir(parents=True, exist_ok=True)
     (drop_ins / "10-host-tier.conf").write_text(CONTAINERD_DROP_IN)
+    (root / "kind/bin/create-kubelet-cgroup-v1.sh").write_text(KUBELET_CGROUP_SCRIPT)
+    (root / "kind/bin/create-kubelet-cgroup-v1.sh").chmod(0o755)
+    kubelet_drop_ins = root / "etc/systemd/system/kubelet.service.d"
+    kubelet_drop_ins.mkdir(parents=True, exist_ok=True)
+    (kubelet_drop_ins / "20-host-tier-cgroup-v1.conf").write_text(KUBELET_DROP_IN)
     unit = root / "etc/systemd/system/kind-import-images.service"
     unit.write_text(IMPORT_SERVICE)
     _symlink(
@@ -698,8 +788,11 @@ def image_key(rootfs_key: str, kind_files: Path, programs: Mapping[str, Path]) -
     return _digest(*parts, source)[:16]
 
 
-def build_node_image(docker: Docker, tier_cache: Path, timings: Timings | None = None) -> str:
-    """The local tag of the node image, built when no image of its key exists."""
+def build_node_image(
+    docker: Docker, tier_cache: Path, timings: Timings | None = None, prune_old: bool = True
+) -> str:
+    """The local tag of the node image, built when no image of its key exists (and earlier
+    ones pruned, unless `prune_old` is false: another session may still use them)."""
     timings = timings or Timings()
     paths = BuildPaths.under(tier_cache)
     programs = timings.step("node image: Go programs", lambda: build_programs(paths))
@@ -727,7 +820,8 @@ def build_node_image(docker: Docker, tier_cache: Path, timings: Timings | None =
             _remove_tree(staging)
 
     timings.step("node image: assemble and import", assemble)
-    prune(docker, paths, tag, base)
+    if prune_old:
+        prune(docker, paths, tag, base)
     return tag
 
 

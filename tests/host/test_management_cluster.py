@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 import yaml
+from container_stats import stats
 from docker_host import Docker
 from footprint_report import FOOTPRINT
 from node_image import BuildPaths
@@ -233,27 +234,6 @@ def test_kube_proxy_and_coredns_run_and_services_answer(
 
 
 SETTLE_SECONDS = 30
-SAMPLES = 3
-UNITS = {"B": 1 / 2**20, "KiB": 1 / 2**10, "MiB": 1, "GiB": 2**10}
-
-
-def mebibytes(usage: str) -> float:
-    """`612.3MiB / 7.7GiB` (docker stats' MemUsage) -> 612.3."""
-    amount = usage.split("/")[0].strip()
-    number = amount.rstrip("BKMGiTt")
-    return float(number) * UNITS[amount[len(number) :]]
-
-
-def stats(docker: Docker, container: str) -> tuple[float, float]:
-    """(CPUs used, MiB) of the median of SAMPLES `docker stats --no-stream` readings."""
-    readings = []
-    for _ in range(SAMPLES):
-        found = docker.run("stats", "--no-stream", "--format", "{{json .}}", container)
-        line = json.loads(found.stdout)
-        readings.append((float(line["CPUPerc"].rstrip("%")) / 100, mebibytes(line["MemUsage"])))
-        time.sleep(2)
-    cpus = sorted(r[0] for r in readings)[SAMPLES // 2]
-    return cpus, sorted(r[1] for r in readings)[SAMPLES // 2]
 
 
 def test_the_footprint_model_covers_the_measured_node_and_worker(
@@ -265,9 +245,9 @@ def test_the_footprint_model_covers_the_measured_node_and_worker(
 ):
     """Item 6: the kind node (its control plane, kube-proxy and CoreDNS, settled; without
     cert-manager, MetalLB and Kamaji, which the lab adds) and an idle worker container
-    (booted, not joined: no kubelet, kube-proxy, flannel or agent yet, issue 19) measured with
-    `docker stats` against planning/footprint.py's MANAGEMENT and WORKER. The figures are
-    printed at the end of the session (docs/scaling.md quotes them)."""
+    (booted, not joined: no kubelet, kube-proxy, flannel or agent yet, issue 19) measured in
+    their cgroups (container_stats.py) against planning/footprint.py's MANAGEMENT and WORKER.
+    The figures are printed at the end of the session (docs/scaling.md quotes them)."""
     worker = create_as_the_provider(docker, leave_script.attributes)
     assert wait_for_boot(docker, worker) == "running"
     kube_system_pods(tier_cache_dir, kind_cluster.created.stdout)
@@ -278,8 +258,8 @@ def test_the_footprint_model_covers_the_measured_node_and_worker(
         "management node": (node_cpus, node_mib, footprint.MANAGEMENT),
         "idle worker (not joined)": (worker_cpus, worker_mib, footprint.WORKER),
     }
-    assert node_mib < footprint.MANAGEMENT.memory_mb and node_cpus < footprint.MANAGEMENT.cpus
-    assert worker_mib < footprint.WORKER.memory_mb and worker_cpus < footprint.WORKER.cpus
+    assert 0 < node_mib < footprint.MANAGEMENT.memory_mb and node_cpus < footprint.MANAGEMENT.cpus
+    assert 0 < worker_mib < footprint.WORKER.memory_mb and worker_cpus < footprint.WORKER.cpus
 
 
 def test_a_second_create_reuses_the_cluster(

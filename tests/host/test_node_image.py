@@ -18,8 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from docker_host import Docker
 from node_image import (
+    CNI_PLUGINS,
     IPTABLES_WRAPPER,
     K8S_VERSION,
     NODE_BINARIES,
@@ -81,6 +83,29 @@ def test_the_image_carries_what_kind_reads(docker: Docker, node_image: str):
     assert found["Entrypoint"] == ["/usr/local/bin/entrypoint", "/sbin/init"]
     assert found["StopSignal"] == "SIGRTMIN+3"
     assert "container=docker" in found["Env"]
+
+
+@pytest.mark.upstream("kindest-node-cni-layout")
+def test_the_image_has_kinds_cni_plugins_and_no_cni_config(docker: Docker, node_image: str):
+    """As kindest/node: the four plugins where containerd looks by default, no conflist (the
+    default CNI's DaemonSet writes it), and that DaemonSet runs only preloaded images."""
+    plugins = run_in_image(docker, node_image, "ls", "-A", "/opt/cni/bin").split()
+    assert sorted(plugins) == sorted(CNI_PLUGINS)
+    assert run_in_image(docker, node_image, "ls", "-A", "/etc/cni/net.d") == ""
+    config = run_in_image(docker, node_image, "cat", "/etc/containerd/config.toml")
+    assert "bin_dir" not in config and "conf_dir" not in config  # containerd's defaults
+    manifest = run_in_image(docker, node_image, "cat", "/kind/manifests/default-cni.yaml")
+    templated = manifest.replace("{{ .PodSubnet }}", "10.244.0.0/16")
+    (daemonset,) = [doc for doc in yaml.safe_load_all(templated) if doc]
+    spec = daemonset["spec"]["template"]["spec"]
+    assert spec["hostNetwork"] is True
+    assert spec["tolerations"] == [{"operator": "Exists"}]  # kindnet's
+    images = {c["image"] for c in [*spec["initContainers"], *spec["containers"]]}
+    assert images <= {image.name for image in preloaded_images(config)}, images
+    (writer,) = spec["initContainers"]
+    conflist = json.loads(writer["env"][0]["value"])
+    assert conflist["plugins"][0]["ipam"]["ranges"] == [[{"subnet": "10.244.0.0/16"}]]
+    assert {p["type"] for p in conflist["plugins"]} | {"host-local"} <= set(CNI_PLUGINS)
 
 
 @pytest.mark.upstream("kubelet-fail-cgroupv1-flag")

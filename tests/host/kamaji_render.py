@@ -1,0 +1,759 @@
+"""What Kamaji renders for the program's TenantControlPlane, for a stand-in run without Kamaji.
+
+Pure functions of the TCP manifest (builders/control_plane.py `tenant_control_plane_manifest`),
+read in clastix/kamaji at the commit of the image tag the program pins (labconfig/kamaji_sources.py:
+26.8.2-edge = ddbabd87ed0e8d7c319414383e153c46f21733a9) and checked against Kamaji's own builders
+run on the same TCP (docs/upstream-facts/tenant-stand-in.md):
+
+- `control_plane_args`: command + args of the pod's kube-apiserver, kube-controller-manager and
+  kube-scheduler containers (internal/builders/controlplane/deployment.go), with or without the
+  Konnectivity egress selector; `konnectivity_server_args` and `egress_selector_configuration`.
+- `pod_files`: what each path those args name must hold, in kubeadm's terms.
+- `kubeadm_configuration`: the InitConfiguration + ClusterConfiguration (+ KubeProxyConfiguration)
+  Kamaji builds (internal/kubeadm/configuration.go), as v1beta4 YAML the real kubeadm accepts.
+- `kubelet_configuration`: the kubelet-config ConfigMap's KubeletConfiguration
+  (internal/kubeadm/uploadconfig.go), the TCP's configurationJSONPatches applied.
+- `phases`: what Kamaji does once the API server answers, as `kubeadm init phase` commands.
+- `differences`: where a stand-in built from these is not Kamaji.
+"""
+
+from __future__ import annotations
+
+import copy
+import ipaddress
+import textwrap
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+KAMAJI_TAG = "26.8.2-edge"
+KAMAJI_COMMIT = "ddbabd87ed0e8d7c319414383e153c46f21733a9"
+# Kamaji links kubeadm and kubelet's defaults as Go libraries (go.mod), not the tenant's version.
+KAMAJI_KUBERNETES_LIBRARY = "k8s.io/kubernetes v1.36.3"
+
+# --- paths inside Kamaji's pod ------------------------------------------------------------------
+KUBERNETES_DIR = "/etc/kubernetes"
+PKI_DIR = "/etc/kubernetes/pki"  # kubeadm's v1beta3.DefaultCertificatesDir, a projected volume
+CA_CERT = f"{PKI_DIR}/ca.crt"
+CA_KEY = f"{PKI_DIR}/ca.key"
+APISERVER_CERT = f"{PKI_DIR}/apiserver.crt"
+APISERVER_KEY = f"{PKI_DIR}/apiserver.key"
+APISERVER_KUBELET_CLIENT_CERT = f"{PKI_DIR}/apiserver-kubelet-client.crt"
+APISERVER_KUBELET_CLIENT_KEY = f"{PKI_DIR}/apiserver-kubelet-client.key"
+FRONT_PROXY_CA_CERT = f"{PKI_DIR}/front-proxy-ca.crt"
+FRONT_PROXY_CA_KEY = f"{PKI_DIR}/front-proxy-ca.key"
+FRONT_PROXY_CLIENT_CERT = f"{PKI_DIR}/front-proxy-client.crt"
+FRONT_PROXY_CLIENT_KEY = f"{PKI_DIR}/front-proxy-client.key"
+SA_PUBLIC_KEY = f"{PKI_DIR}/sa.pub"
+SA_PRIVATE_KEY = f"{PKI_DIR}/sa.key"
+# The datastore Secret, projected under pki/etcd/ (deployment.go buildPKIVolume).
+ETCD_CA_CERT = f"{PKI_DIR}/etcd/ca.crt"
+ETCD_CLIENT_CERT = f"{PKI_DIR}/etcd/server.crt"
+ETCD_CLIENT_KEY = f"{PKI_DIR}/etcd/server.key"
+# Each a Secret mounted at /etc/kubernetes in its own container only.
+CONTROLLER_MANAGER_KUBECONFIG = f"{KUBERNETES_DIR}/controller-manager.conf"
+SCHEDULER_KUBECONFIG = f"{KUBERNETES_DIR}/scheduler.conf"
+# Konnectivity (internal/builders/controlplane/konnectivity_server.go).
+KONNECTIVITY_SERVER_KUBECONFIG = f"{KUBERNETES_DIR}/konnectivity-server.conf"
+EGRESS_SELECTOR_CONFIG = (
+    f"{KUBERNETES_DIR}/konnectivity/configurations/egress-selector-configuration.yaml"
+)
+KONNECTIVITY_UDS_DIR = "/run/konnectivity"  # an emptyDir shared by kube-apiserver and the server
+KONNECTIVITY_UDS = f"{KONNECTIVITY_UDS_DIR}/konnectivity-server.socket"
+
+# --- defaults the TCP gets on admission ------------------------------------------------------
+# CRD defaults (api/v1alpha1/tenantcontrolplane_types.go kubebuilder markers).
+DEFAULT_ADMISSION_CONTROLLERS = (
+    "CertificateApproval",
+    "CertificateSigning",
+    "CertificateSubjectRestriction",
+    "DefaultIngressClass",
+    "DefaultStorageClass",
+    "DefaultTolerationSeconds",
+    "LimitRanger",
+    "MutatingAdmissionWebhook",
+    "NamespaceLifecycle",
+    "PersistentVolumeClaimResize",
+    "Priority",
+    "ResourceQuota",
+    "RuntimeClass",
+    "ServiceAccount",
+    "StorageObjectInUseProtection",
+    "TaintNodesByCondition",
+    "ValidatingAdmissionWebhook",
+)
+DEFAULT_CLUSTER_DOMAIN = "cluster.local"
+DEFAULT_PORT = 6443
+DEFAULT_SERVICE_CIDR = "10.96.0.0/16"
+DEFAULT_POD_CIDR = "10.244.0.0/16"
+DEFAULT_PREFERRED_ADDRESS_TYPES = ("InternalIP", "ExternalIP", "Hostname")
+DEFAULT_REPLICAS = 2  # the defaulting webhook (internal/webhook/handlers/tcp_defaults.go)
+KONNECTIVITY_ADMIN_PORT = 8133
+KONNECTIVITY_HEALTH_PORT = 8134
+
+
+def defaulted(tcp: dict[str, Any]) -> dict[str, Any]:
+    """The TCP as the API server stores it: CRD defaults, then Kamaji's defaulting webhook."""
+    out = copy.deepcopy(tcp)
+    spec = out["spec"]
+    net = spec.setdefault("networkProfile", {})
+    net.setdefault("clusterDomain", DEFAULT_CLUSTER_DOMAIN)
+    net.setdefault("port", DEFAULT_PORT)
+    net.setdefault("serviceCidr", DEFAULT_SERVICE_CIDR)
+    net.setdefault("podCidr", DEFAULT_POD_CIDR)
+    k8s = spec["kubernetes"]
+    k8s.setdefault("admissionControllers", list(DEFAULT_ADMISSION_CONTROLLERS))
+    k8s.setdefault("kubelet", {}).setdefault(
+        "preferredAddressTypes", list(DEFAULT_PREFERRED_ADDRESS_TYPES)
+    )
+    deployment = spec.setdefault("controlPlane", {}).setdefault("deployment", {})
+    deployment.setdefault("replicas", DEFAULT_REPLICAS)
+    # The webhook copies the deprecated single CIDRs into the list fields.
+    if not net.get("serviceCidrs") and net.get("serviceCidr"):
+        net["serviceCidrs"] = [net["serviceCidr"]]
+    if not net.get("podCidrs") and net.get("podCidr"):
+        net["podCidrs"] = [net["podCidr"]]
+    if not net.get("dnsServiceIPs"):
+        net["dnsServiceIPs"] = [_tenth_address(cidr) for cidr in net["serviceCidrs"]]
+    return out
+
+
+def _tenth_address(cidr: str) -> str:
+    # tcp_defaults.go adds 10 (IPv4) or 16 (IPv6) to the network address's last byte.
+    network = ipaddress.ip_network(cidr, strict=False)
+    return str(network.network_address + (10 if network.version == 4 else 16))
+
+
+def _cidrs(net: dict[str, Any], field: str) -> list[str]:
+    """utilities.GetEffectiveCIDRs: the list field wins (unique, sorted), else the old one."""
+    if net.get(f"{field}s"):
+        return sorted(set(net[f"{field}s"]))
+    return [net[field]] if net.get(field) else []
+
+
+def datastore_schema(tcp: dict[str, Any]) -> str:
+    """The etcd key prefix (without slashes) Kamaji gives the tenant: spec.dataStoreSchema, which
+    its webhook defaults to the TCP's UID. A manifest that was never created has no UID; its
+    name stands in."""
+    spec, meta = tcp["spec"], tcp["metadata"]
+    return spec.get("dataStoreSchema") or meta.get("uid") or meta["name"]
+
+
+# --- container arguments -----------------------------------------------------------------------
+
+
+def _flags(args: dict[str, str]) -> list[str]:
+    """utilities.ArgsFromMapToSlice and mergeAPIServerArgs: `--flag=value`, bare when empty,
+    sorted as strings."""
+    return sorted(flag if value == "" else f"{flag}={value}" for flag, value in args.items())
+
+
+def apiserver_args(
+    tcp: dict[str, Any],
+    *,
+    datastore_endpoints: list[str],
+    konnectivity: bool = True,
+    datastore_schema_override: str | None = None,
+) -> list[str]:
+    """deployment.go buildKubeAPIServerCommand for the etcd driver, no ExtraArgs. With
+    Konnectivity, the addon appends --egress-selector-config-file and the next reconciliation
+    sorts it in with the rest (mergeAPIServerArgs keeps flags it does not own)."""
+    tcp = defaulted(tcp)
+    spec = tcp["spec"]
+    net = spec["networkProfile"]
+    address = net.get("advertiseAddress") or net["address"]
+    schema = datastore_schema_override or datastore_schema(tcp)
+    args = {
+        # safe defaults
+        "--allow-privileged": "true",
+        "--authorization-mode": "Node,RBAC",
+        "--enable-bootstrap-token-auth": "true",
+        "--requestheader-extra-headers-prefix": "X-Remote-Extra-",
+        "--requestheader-group-headers": "X-Remote-Group",
+        "--requestheader-username-headers": "X-Remote-User",
+        "--service-account-issuer": "https://kubernetes.default.svc.cluster.local",
+        # managed
+        "--advertise-address": address,
+        "--client-ca-file": CA_CERT,
+        "--enable-admission-plugins": ",".join(spec["kubernetes"]["admissionControllers"]),
+        "--service-cluster-ip-range": ",".join(_cidrs(net, "serviceCidr")),
+        "--kubelet-client-certificate": APISERVER_KUBELET_CLIENT_CERT,
+        "--kubelet-client-key": APISERVER_KUBELET_CLIENT_KEY,
+        "--kubelet-preferred-address-types": ",".join(
+            spec["kubernetes"]["kubelet"]["preferredAddressTypes"]
+        ),
+        "--proxy-client-cert-file": FRONT_PROXY_CLIENT_CERT,
+        "--proxy-client-key-file": FRONT_PROXY_CLIENT_KEY,
+        "--requestheader-allowed-names": "front-proxy-client",
+        "--requestheader-client-ca-file": FRONT_PROXY_CA_CERT,
+        "--secure-port": str(net["port"]),
+        "--service-account-key-file": SA_PUBLIC_KEY,
+        "--service-account-signing-key-file": SA_PRIVATE_KEY,
+        "--tls-cert-file": APISERVER_CERT,
+        "--tls-private-key-file": APISERVER_KEY,
+        # the etcd driver
+        "--etcd-compaction-interval": "0",
+        "--etcd-prefix": f"/{schema}",
+        "--etcd-servers": ",".join(f"https://{endpoint}" for endpoint in datastore_endpoints),
+        "--etcd-cafile": ETCD_CA_CERT,
+        "--etcd-certfile": ETCD_CLIENT_CERT,
+        "--etcd-keyfile": ETCD_CLIENT_KEY,
+    }
+    if konnectivity and spec.get("addons", {}).get("konnectivity") is not None:
+        args["--egress-selector-config-file"] = EGRESS_SELECTOR_CONFIG
+    return ["kube-apiserver", *_flags(args)]
+
+
+def controller_manager_args(tcp: dict[str, Any]) -> list[str]:
+    """deployment.go buildControllerManager, no ExtraArgs."""
+    tcp = defaulted(tcp)
+    net = tcp["spec"]["networkProfile"]
+    kubeconfig = CONTROLLER_MANAGER_KUBECONFIG
+    args = {
+        "--allocate-node-cidrs": "true",
+        "--authentication-kubeconfig": kubeconfig,
+        "--authorization-kubeconfig": kubeconfig,
+        "--bind-address": "0.0.0.0",
+        "--client-ca-file": CA_CERT,
+        "--cluster-name": tcp["metadata"]["name"],
+        "--cluster-signing-cert-file": CA_CERT,
+        "--cluster-signing-key-file": CA_KEY,
+        "--controllers": "*,bootstrapsigner,tokencleaner",
+        "--kubeconfig": kubeconfig,
+        "--leader-elect": "true",
+        "--service-cluster-ip-range": ",".join(_cidrs(net, "serviceCidr")),
+        "--cluster-cidr": ",".join(_cidrs(net, "podCidr")),
+        "--requestheader-client-ca-file": FRONT_PROXY_CA_CERT,
+        "--root-ca-file": CA_CERT,
+        "--service-account-private-key-file": SA_PRIVATE_KEY,
+        "--use-service-account-credentials": "true",
+    }
+    return ["kube-controller-manager", *_flags(args)]
+
+
+def scheduler_args(tcp: dict[str, Any]) -> list[str]:
+    """deployment.go buildScheduler, no ExtraArgs."""
+    del tcp  # nothing of the TCP reaches the scheduler's flags
+    kubeconfig = SCHEDULER_KUBECONFIG
+    args = {
+        "--authentication-kubeconfig": kubeconfig,
+        "--authorization-kubeconfig": kubeconfig,
+        "--bind-address": "0.0.0.0",
+        "--kubeconfig": kubeconfig,
+        "--leader-elect": "true",
+    }
+    return ["kube-scheduler", *_flags(args)]
+
+
+def control_plane_args(
+    tcp: dict[str, Any],
+    *,
+    datastore_endpoints: list[str],
+    konnectivity: bool = True,
+    datastore_schema_override: str | None = None,
+) -> dict[str, list[str]]:
+    """Command + args of the three containers, as Kamaji's Deployment holds them once settled.
+
+    `datastore_endpoints` are `host:port` like a DataStore's spec.endpoints (Kamaji adds
+    https://). `konnectivity=False` leaves out --egress-selector-config-file: what Kamaji renders
+    for the same TCP without `addons.konnectivity`. With it, kube-apiserver sends every request
+    to nodes (logs, exec, port-forward, webhooks and aggregated APIs served on the tenant's pods)
+    through the Konnectivity server's socket, so it needs that server running.
+    """
+    return {
+        "kube-apiserver": apiserver_args(
+            tcp,
+            datastore_endpoints=datastore_endpoints,
+            konnectivity=konnectivity,
+            datastore_schema_override=datastore_schema_override,
+        ),
+        "kube-controller-manager": controller_manager_args(tcp),
+        "kube-scheduler": scheduler_args(tcp),
+    }
+
+
+def konnectivity_server_args(tcp: dict[str, Any]) -> list[str]:
+    """konnectivity_server.go buildKonnectivityContainer, no ExtraArgs."""
+    tcp = defaulted(tcp)
+    spec = tcp["spec"]
+    server = spec["addons"]["konnectivity"]["server"]
+    args = {
+        "--uds-name": KONNECTIVITY_UDS,
+        "--cluster-cert": APISERVER_CERT,
+        "--cluster-key": APISERVER_KEY,
+        "--mode": "grpc",
+        "--server-port": "0",
+        "--agent-port": str(server.get("port", 8132)),
+        "--admin-port": str(KONNECTIVITY_ADMIN_PORT),
+        "--health-port": str(KONNECTIVITY_HEALTH_PORT),
+        "--agent-namespace": "kube-system",
+        "--agent-service-account": "konnectivity-agent",
+        "--kubeconfig": KONNECTIVITY_SERVER_KUBECONFIG,
+        "--authentication-audience": "system:konnectivity-server",
+        "--server-count": str(spec["controlPlane"]["deployment"]["replicas"]),
+    }
+    return ["/proxy-server", *_flags(args)]
+
+
+def egress_selector_configuration() -> str:
+    """The ConfigMap file behind --egress-selector-config-file (konnectivity/
+    egress_selector_configuration_resource.go): cluster traffic over gRPC on the UDS."""
+    return yaml.safe_dump(
+        {
+            "apiVersion": "apiserver.k8s.io/v1beta1",
+            "kind": "EgressSelectorConfiguration",
+            "egressSelections": [
+                {
+                    "name": "cluster",
+                    "connection": {
+                        "proxyProtocol": "GRPC",
+                        "transport": {"uds": {"udsName": KONNECTIVITY_UDS}},
+                    },
+                }
+            ],
+        },
+        sort_keys=False,
+    )
+
+
+# --- files the args name -----------------------------------------------------------------------
+
+
+def pod_files(*, konnectivity: bool = True) -> dict[str, str]:
+    """Path in Kamaji's pod -> what it holds, in kubeadm's terms (`kubeadm init phase certs ...`
+    and `kubeadm init phase kubeconfig ...` with `kubeadm_configuration`'s file make them)."""
+    files = {
+        CA_CERT: "kubeadm's cluster CA certificate (certs ca)",
+        CA_KEY: "kubeadm's cluster CA key (certs ca); the controller manager signs CSRs with it",
+        APISERVER_CERT: "kubeadm's apiserver serving certificate (certs apiserver): SANs from "
+        "ClusterConfiguration.apiServer.certSANs, the service IP, localAPIEndpoint",
+        APISERVER_KEY: "its key (certs apiserver)",
+        APISERVER_KUBELET_CLIENT_CERT: "kubeadm's apiserver-kubelet-client certificate "
+        "(certs apiserver-kubelet-client, O=kubeadm:cluster-admins)",
+        APISERVER_KUBELET_CLIENT_KEY: "its key",
+        FRONT_PROXY_CA_CERT: "kubeadm's front-proxy CA certificate (certs front-proxy-ca)",
+        FRONT_PROXY_CA_KEY: "its key (projected too, unused by the flags)",
+        FRONT_PROXY_CLIENT_CERT: "kubeadm's front-proxy-client certificate "
+        "(certs front-proxy-client, CN=front-proxy-client)",
+        FRONT_PROXY_CLIENT_KEY: "its key",
+        SA_PUBLIC_KEY: "kubeadm's service account public key (certs sa)",
+        SA_PRIVATE_KEY: "kubeadm's service account private key (certs sa)",
+        ETCD_CA_CERT: "the datastore's CA (DataStore tlsConfig.certificateAuthority), not a "
+        "kubeadm etcd-ca: kubeadm skips etcd certs for external etcd",
+        ETCD_CLIENT_CERT: "an etcd client certificate Kamaji signs with the datastore CA: "
+        "CN=<tenant's datastore user, the TCP UID>, O=system:masters, EKU client+server",
+        ETCD_CLIENT_KEY: "its key (RSA)",
+        CONTROLLER_MANAGER_KUBECONFIG: "kubeadm's controller-manager.conf (kubeconfig "
+        "controller-manager) made with localAPIEndpoint.advertiseAddress 127.0.0.1: "
+        "server https://127.0.0.1:<port>",
+        SCHEDULER_KUBECONFIG: "kubeadm's scheduler.conf (kubeconfig scheduler), also "
+        "https://127.0.0.1:<port>",
+    }
+    if konnectivity:
+        files[EGRESS_SELECTOR_CONFIG] = "egress_selector_configuration()"
+        files[KONNECTIVITY_SERVER_KUBECONFIG] = (
+            "a kubeconfig for user system:konnectivity-server (client cert signed by the "
+            "cluster CA), no kubeadm phase makes it"
+        )
+        files[KONNECTIVITY_UDS] = "created by the Konnectivity server in a shared emptyDir"
+    return files
+
+
+# --- kubeadm configuration ---------------------------------------------------------------------
+KUBEADM_API = "kubeadm.k8s.io/v1beta4"
+# DefaultedStaticInitConfiguration (kubeadm's util/config), which Kamaji starts from.
+STATIC_NODE_NAME = "node"
+STATIC_CRI_SOCKET = "unix:///var/run/containerd/containerd.sock"
+
+
+def cert_sans(tcp: dict[str, Any]) -> list[str]:
+    """configuration.go: loopback, the Service's in-cluster names, the address, then certSANs
+    (and advertiseAddress when it differs, kubeadm_config.go)."""
+    tcp = defaulted(tcp)
+    name, namespace = tcp["metadata"]["name"], tcp["metadata"]["namespace"]
+    net = tcp["spec"]["networkProfile"]
+    sans = [
+        "127.0.0.1",
+        "localhost",
+        name,
+        f"{name}.{namespace}.svc",
+        f"{name}.{namespace}.svc.cluster.local",
+        net["address"],
+        *net.get("certSANs", []),
+    ]
+    if net.get("advertiseAddress") and net["advertiseAddress"] != net["address"]:
+        sans.append(net["advertiseAddress"])
+    return sans
+
+
+def init_configuration(tcp: dict[str, Any]) -> dict:
+    net = defaulted(tcp)["spec"]["networkProfile"]
+    return {
+        "apiVersion": KUBEADM_API,
+        "kind": "InitConfiguration",
+        "localAPIEndpoint": {"advertiseAddress": net["address"], "bindPort": net["port"]},
+        "nodeRegistration": {"name": STATIC_NODE_NAME, "criSocket": STATIC_CRI_SOCKET},
+    }
+
+
+def cluster_configuration(tcp: dict[str, Any], *, datastore_endpoints: list[str]) -> dict:
+    tcp = defaulted(tcp)
+    name = tcp["metadata"]["name"]
+    net = tcp["spec"]["networkProfile"]
+    endpoint_host = net.get("advertiseAddress") or net["address"]
+    return {
+        "apiVersion": KUBEADM_API,
+        "kind": "ClusterConfiguration",
+        "clusterName": name,
+        "kubernetesVersion": tcp["spec"]["kubernetes"]["version"],
+        "controlPlaneEndpoint": f"{endpoint_host}:{net['port']}",
+        "certificatesDir": PKI_DIR,
+        "networking": {
+            "dnsDomain": net["clusterDomain"],
+            "podSubnet": ",".join(_cidrs(net, "podCidr")),
+            "serviceSubnet": ",".join(_cidrs(net, "serviceCidr")),
+        },
+        # Kamaji passes the DataStore's host:port endpoints unchanged (it never validates the
+        # struct); kubeadm's CLI parses them as URLs and refuses IP:port, so https:// is added.
+        "etcd": {"external": {"endpoints": [f"https://{e}" for e in datastore_endpoints]}},
+        "apiServer": {
+            "certSANs": cert_sans(tcp),
+            # Only in the uploaded kubeadm-config: the pod's real flags are control_plane_args.
+            "extraArgs": [
+                {"name": "etcd-compaction-interval", "value": "0s"},
+                {"name": "etcd-prefix", "value": f"/{name}"},
+            ],
+        },
+    }
+
+
+def component_kubeconfig_server(tcp: dict[str, Any]) -> str:
+    """The server of Kamaji's controller-manager.conf and scheduler.conf: the API server through
+    the pod's loopback (internal/resources/kubeconfig.go localhostAsAdvertiseAddress)."""
+    return f"https://127.0.0.1:{defaulted(tcp)['spec']['networkProfile']['port']}"
+
+
+def kubeadm_configuration(
+    tcp: dict[str, Any],
+    *,
+    datastore_endpoints: list[str],
+    kube_proxy: bool = True,
+) -> str:
+    """The configuration Kamaji builds (internal/kubeadm/configuration.go), for
+    `kubeadm init phase <phase> --config <file>`. Kamaji makes controller-manager.conf and
+    scheduler.conf with localAPIEndpoint 127.0.0.1, which kubeadm's CLI refuses ("unable to select
+    an IP from lo network interface"): make them with this file, then point them at
+    `component_kubeconfig_server(tcp)`."""
+    documents = [
+        init_configuration(tcp),
+        cluster_configuration(tcp, datastore_endpoints=datastore_endpoints),
+    ]
+    if kube_proxy:
+        documents.append(kube_proxy_configuration(tcp))
+    return yaml.safe_dump_all(documents, sort_keys=False)
+
+
+# --- after the control plane is up -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Phase:
+    name: str
+    kamaji: str  # what Kamaji does (controllers/soot, internal/kubeadm, internal/resources)
+    kubeadm: str | None  # the `kubeadm init phase` command doing the same, None if there is none
+    note: str = ""  # where the real kubeadm phase does something else
+
+
+def phases() -> list[Phase]:
+    """What Kamaji's per-tenant ("soot") controllers do once the TCP's API server answers, in the
+    order controllers/soot/manager.go triggers them (they run concurrently and retry)."""
+    return [
+        Phase(
+            "konnectivity-agent",
+            "ServiceAccount kube-system/konnectivity-agent, ClusterRoleBinding "
+            "system:konnectivity-server -> system:auth-delegator, the agent DaemonSet "
+            "(internal/resources/konnectivity/)",
+            None,
+        ),
+        Phase(
+            "addon kube-proxy",
+            "kubeadm's proxy.EnsureProxyAddon manifests (printed, not applied), applied by Kamaji "
+            "with its managed labels (internal/resources/addons/kube_proxy.go)",
+            "kubeadm init phase addon kube-proxy",
+            "kubeadm defaults KubeProxyConfiguration.clusterCIDR to the pod subnet; Kamaji's "
+            "stays empty (its component configs are the static defaults)",
+        ),
+        Phase(
+            "addon coredns",
+            "kubeadm's dns.EnsureDNSAddon manifests applied by Kamaji "
+            "(internal/resources/addons/coredns.go)",
+            "kubeadm init phase addon coredns",
+        ),
+        Phase(
+            "upload-config kubeadm",
+            "uploadconfig.UploadConfiguration: ConfigMap kube-system/kubeadm-config and its RBAC",
+            "kubeadm init phase upload-config kubeadm",
+        ),
+        Phase(
+            "upload-config kubelet",
+            "ConfigMap kube-system/kubelet-config = kubelet_configuration(), Role and RoleBinding "
+            "kubeadm:kubelet-config for system:nodes and system:bootstrappers:kubeadm:default-"
+            "node-token (internal/kubeadm/uploadconfig.go)",
+            "kubeadm init phase upload-config kubelet",
+            "kubeadm uploads its own defaulted KubeletConfiguration (resolvConf detected on the "
+            "host, no JSON patches): create the ConfigMap from kubelet_configuration() instead",
+        ),
+        Phase(
+            "bootstrap-token",
+            "with BootstrapTokens = nil (no token): the node bootstrap RBAC (get nodes, post "
+            "CSRs, auto-approve, certificate rotation, apiserver -> kubelet API) and "
+            "kube-public/cluster-info with its RBAC (internal/kubeadm/bootstraptoken.go)",
+            "kubeadm init phase bootstrap-token",
+            "kubeadm also creates a bootstrap token (a random one when the configuration names "
+            "none); cluster-info's server comes from the --kubeconfig file",
+        ),
+        Phase(
+            "cluster-admin RBAC",
+            "ClusterRoleBinding kubeadm:cluster-admins (group kubeadm:cluster-admins -> "
+            "cluster-admin), kubeconfig.EnsureAdminClusterRoleBinding "
+            "(internal/resources/kubeadm_phases.go)",
+            None,
+            "kubeadm makes it only when its --kubeconfig is the default "
+            "/etc/kubernetes/admin.conf; otherwise `kubectl create clusterrolebinding "
+            "kubeadm:cluster-admins --clusterrole=cluster-admin "
+            "--group=kubeadm:cluster-admins` as super-admin",
+        ),
+    ]
+
+
+# --- component configurations ------------------------------------------------------------------
+KUBE_PROXY_KUBECONFIG = "/var/lib/kube-proxy/kubeconfig.conf"
+
+
+def kube_proxy_configuration(tcp: dict[str, Any]) -> dict:
+    """The KubeProxyConfiguration Kamaji's kube-proxy addon renders: kubeadm's component config
+    defaulted against DefaultedStaticInitConfiguration (internal/kubeadm/configuration.go
+    GetKubeadmInitConfigurationFromMap): its config.conf has clusterCIDR "". The real
+    `kubeadm init phase addon kube-proxy` fills an empty clusterCIDR with the pod subnet."""
+    del tcp  # nothing of the TCP reaches it
+    return {
+        "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
+        "kind": "KubeProxyConfiguration",
+        "bindAddress": "0.0.0.0",
+        "clientConnection": {"kubeconfig": KUBE_PROXY_KUBECONFIG},
+    }
+
+
+# --- RFC 6902, as github.com/evanphx/json-patch/v5 applies it (add, replace, remove) -----------
+
+
+def _pointer(path: str) -> list[str]:
+    if not path.startswith("/"):
+        raise ValueError(f"JSON pointer {path!r} must start with /")
+    return [part.replace("~1", "/").replace("~0", "~") for part in path[1:].split("/")]
+
+
+def _parent(document: Any, parts: list[str]) -> Any:
+    node = document
+    for part in parts[:-1]:
+        node = node[int(part)] if isinstance(node, list) else node[part]
+    return node
+
+
+def apply_json_patch(document: dict[str, Any], patch: list[dict[str, Any]]) -> dict[str, Any]:
+    out = copy.deepcopy(document)
+    for operation in patch:
+        op, parts = operation["op"], _pointer(operation["path"])
+        parent, key = _parent(out, parts), parts[-1]
+        if isinstance(parent, list):
+            index = len(parent) if key == "-" else int(key)
+            if op == "add":
+                parent.insert(index, copy.deepcopy(operation["value"]))
+            elif op == "replace":
+                parent[index] = copy.deepcopy(operation["value"])
+            elif op == "remove":
+                del parent[index]
+            else:
+                raise NotImplementedError(f"JSON patch op {op!r}")
+            continue
+        if op == "add":  # adds or replaces an object member
+            parent[key] = copy.deepcopy(operation["value"])
+        elif op in ("replace", "remove"):
+            if key not in parent:  # evanphx: "replace operation does not apply: doc is missing key"
+                raise KeyError(f"{op} {operation['path']}: missing key")
+            if op == "replace":
+                parent[key] = copy.deepcopy(operation["value"])
+            else:
+                del parent[key]
+        else:
+            raise NotImplementedError(f"JSON patch op {op!r}")
+    return out
+
+
+def differences() -> list[str]:
+    """Where a stand-in built from this module is not Kamaji (markdown bullets)."""
+    return [
+        "No Kamaji controller: nothing reconciles. Certificates and kubeconfigs are made once by "
+        "`kubeadm init phase certs/kubeconfig` (Kamaji keeps them in Secrets, rotates them before "
+        "expiry and rolls the Deployment on change); no TCP status, no Ready condition.",
+        "One process each, not a 2-replica Deployment behind a Service: no blue/green rollout, no "
+        "probes restarting a failed container (Kamaji probes /livez, /readyz on the API port and "
+        "/healthz on 10257/10259 over HTTPS).",
+        "Datastore: Kamaji shares one kamaji-etcd among tenants, each in its own `/<TCP UID>/` "
+        "prefix with an etcd user and role and a client certificate signed by the DataStore CA. A "
+        "stand-in etcd per tenant needs the same three files under pki/etcd/ but can skip etcd "
+        "auth; with auth on (as checked here) the user named by the certificate's CN needs "
+        "readwrite on the prefix, and --etcd-compaction-interval=0 leaves compaction to etcd.",
+        "Konnectivity: with the egress selector, kube-apiserver reaches nodes (logs, exec, "
+        "port-forward, webhooks and APIs served by tenant pods) only through the Konnectivity "
+        "server's socket; without a server those calls fail while /readyz stays ok. "
+        "`konnectivity=False` renders Kamaji's flags for a TCP without the addon: direct "
+        "connections, which work only when the node addresses are reachable from the stand-in.",
+        "kubeadm versions: Kamaji builds its kubeadm configuration, kube-proxy/CoreDNS manifests "
+        "and kubelet defaults with the k8s.io/kubernetes v1.36.3 libraries; the stand-in runs the "
+        "v1.35.4 kubeadm CLI, which also validates (etcd endpoints as URLs, no loopback "
+        "advertiseAddress).",
+        "upload-config kubelet: kubeadm uploads its own defaulted KubeletConfiguration without "
+        "the TCP's JSON patches; create kube-system/kubelet-config from kubelet_configuration().",
+        "bootstrap-token: kubeadm creates a bootstrap token Secret, Kamaji creates none "
+        "(workers join with a token made later).",
+        "kubeadm:cluster-admins: kubeadm binds it only when --kubeconfig is the default "
+        "/etc/kubernetes/admin.conf; Kamaji always does.",
+        "kube-proxy: kubeadm sets clusterCIDR to the pod subnet; Kamaji leaves it empty.",
+        "Konnectivity agent, its RBAC and the konnectivity-server kubeconfig have no kubeadm "
+        "phase: the stand-in must make them itself or leave Konnectivity out.",
+    ]
+
+
+# --- the kubelet-config ConfigMap --------------------------------------------------------------
+# The kubelet's v1beta1 defaults as Kamaji encodes them (SetDefaults_KubeletConfiguration of
+# k8s.io/kubernetes v1.36.3, then uploadconfig.go's fields), printed by Kamaji's own
+# UploadKubeletConfig for a TCP without patches; clusterDNS and clusterDomain come from the TCP.
+KAMAJI_KUBELET_DEFAULTS: dict[str, Any] = yaml.safe_load(
+    textwrap.dedent(
+        """\
+    address: 0.0.0.0
+    authentication:
+      anonymous:
+        enabled: false
+      webhook:
+        cacheTTL: 2m0s
+        enabled: true
+      x509:
+        clientCAFile: /etc/kubernetes/pki/ca.crt
+    authorization:
+      mode: Webhook
+      webhook:
+        cacheAuthorizedTTL: 5m0s
+        cacheUnauthorizedTTL: 30s
+    cgroupsPerQOS: true
+    configMapAndSecretChangeDetectionStrategy: Watch
+    containerLogMaxFiles: 5
+    containerLogMaxSize: 10Mi
+    containerLogMaxWorkers: 1
+    containerLogMonitorInterval: 10s
+    containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
+    contentType: application/vnd.kubernetes.protobuf
+    cpuCFSQuota: true
+    cpuCFSQuotaPeriod: 100ms
+    cpuManagerPolicy: none
+    cpuManagerReconcilePeriod: 10s
+    crashLoopBackOff:
+      maxContainerRestartPeriod: 5m0s
+    enableControllerAttachDetach: true
+    enableDebugFlagsHandler: true
+    enableDebuggingHandlers: true
+    enableProfilingHandler: true
+    enableServer: true
+    enableSystemLogHandler: true
+    enforceNodeAllocatable:
+    - pods
+    eventBurst: 100
+    eventRecordQPS: 50
+    evictionPressureTransitionPeriod: 5m0s
+    failCgroupV1: true
+    failSwapOn: true
+    fileCheckFrequency: 20s
+    hairpinMode: promiscuous-bridge
+    healthzBindAddress: 127.0.0.1
+    healthzPort: 10248
+    httpCheckFrequency: 20s
+    imageGCHighThresholdPercent: 85
+    imageGCLowThresholdPercent: 80
+    imageMaximumGCAge: 0s
+    imageMinimumGCAge: 2m0s
+    imagePullCredentialsVerificationPolicy: NeverVerifyPreloadedImages
+    iptablesDropBit: 15
+    iptablesMasqueradeBit: 14
+    kubeAPIBurst: 100
+    kubeAPIQPS: 50
+    localStorageCapacityIsolation: true
+    logging:
+      flushFrequency: 5s
+      format: text
+      options:
+        json:
+          infoBufferSize: '0'
+        text:
+          infoBufferSize: '0'
+      verbosity: 0
+    makeIPTablesUtilChains: true
+    maxOpenFiles: 1000000
+    maxPods: 110
+    memoryManagerPolicy: None
+    memoryReservationPolicy: None
+    memorySwap: {}
+    memoryThrottlingFactor: 0.9
+    mergeDefaultEvictionSettings: false
+    nodeLeaseDurationSeconds: 40
+    nodeStatusMaxImages: 50
+    nodeStatusReportFrequency: 5m0s
+    nodeStatusUpdateFrequency: 10s
+    oomScoreAdj: -999
+    podLogsDir: /var/log/pods
+    podPidsLimit: -1
+    port: 10250
+    registerNode: true
+    registryBurst: 10
+    registryPullQPS: 5
+    rotateCertificates: true
+    runtimeRequestTimeout: 2m0s
+    seccompDefault: false
+    serializeImagePulls: true
+    shutdownGracePeriod: 0s
+    shutdownGracePeriodCriticalPods: 0s
+    staticPodPath: /etc/kubernetes/manifests
+    streamingConnectionIdleTimeout: 4h0m0s
+    syncFrequency: 1m0s
+    topologyManagerPolicy: none
+    topologyManagerScope: container
+    volumePluginDir: /usr/libexec/kubernetes/kubelet-plugins/volume/exec/
+    volumeStatsAggPeriod: 1m0s
+"""
+    )
+)
+
+
+def kubelet_configuration(tcp: dict[str, Any]) -> dict[str, Any]:
+    """The KubeletConfiguration in Kamaji's kube-system/kubelet-config (key `kubelet`): its
+    defaults, cgroupDriver from the deprecated spec.kubernetes.kubelet.cgroupfs, clusterDNS and
+    clusterDomain from the network profile, then the TCP's configurationJSONPatches."""
+    tcp = defaulted(tcp)
+    kubelet = tcp["spec"]["kubernetes"]["kubelet"]
+    net = tcp["spec"]["networkProfile"]
+    config: dict[str, Any] = {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        **copy.deepcopy(KAMAJI_KUBELET_DEFAULTS),
+        "clusterDNS": list(net["dnsServiceIPs"]),
+        "clusterDomain": net["clusterDomain"],
+    }
+    if kubelet.get("cgroupfs"):  # an empty driver is omitted from the encoding
+        config["cgroupDriver"] = kubelet["cgroupfs"]
+    return apply_json_patch(config, kubelet.get("configurationJSONPatches", []))
+
+
+def kubelet_configuration_yaml(tcp: dict[str, Any]) -> str:
+    """As the ConfigMap holds it: keys sorted (Kamaji re-encodes the typed struct)."""
+    return yaml.safe_dump(kubelet_configuration(tcp), sort_keys=True)

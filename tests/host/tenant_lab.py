@@ -1,0 +1,314 @@
+"""Two tenants with real workers: the program's declarations, run against real programs.
+
+Per tenant, a control plane as Kamaji builds one (tenant_stand_in.py) at the tenant's address
+on the lab network; then, as `pulumi up` would run them, the program's worker containers
+(created as the docker provider creates them), its join scripts with the environment WorkerPool
+gives them (LAB_KUBECONFIG: the admin kubeconfig Kamaji's Secret holds), its flannel chart
+with the program's values and its simulated-GPU agent's objects. Images a user's host would
+pull are built here and imported into each worker's containerd first (workload_images.py).
+
+The tier's stack config is the lab stack's with two workers per tenant, the tenants at
+v1.35.4 (the one 1.35 patch built here), the node image by its mirrored name and the agent
+image by the digest containerd gives it: keys a user sets the same way.
+
+The host's nf_conntrack_max is set to kube-proxy's target, as the preflight asks, for the
+lifetime of the lab, and restored after (test_kube_proxy_conntrack.py measures both cases).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tenant_objects
+import tenant_stand_in
+import workload_images
+from docker_host import Docker
+from images import busybox_image
+from program import NETWORK_RESOURCE, TierHost, as_stored
+from test_management_cluster import run_script
+from test_node_image import mirrored_config, wait_for_boot
+from test_workers import create_as_the_provider, leftover
+
+from builders.kubeconfig import checked_kubeconfig
+from preflight.checks import kube_proxy_conntrack_max
+from preflight.host_facts import online_cpus
+from tests.support.docker_readback import container_attributes
+from tests.support.pulumi_harness import ProgramRun, run_program
+
+TENANTS = ("tenant-a", "tenant-b")
+WORKERS_PER_TENANT = 2
+VERSION = "v1.35.4"
+READY_TIMEOUT_SECONDS = 240
+CONNTRACK_MAX = Path("/proc/sys/net/netfilter/nf_conntrack_max")
+REAL_BIN = Path("real") / "bin"  # under the cache root, beside the host tier's directory
+
+
+def tier_config(node_image: str, agent_image: str) -> dict[str, Any]:
+    config = mirrored_config(node_image)
+    tenants = [
+        {**tenant, "workers": WORKERS_PER_TENANT, "kubernetesVersion": VERSION}
+        for tenant in config["tenants"]
+    ]
+    return {**config, "tenants": tenants, "gpuAgentImage": agent_image}
+
+
+def worker_names(tenant: str) -> list[str]:
+    return [f"{tenant}-worker-{n}" for n in range(1, WORKERS_PER_TENANT + 1)]
+
+
+@dataclass
+class Worker:
+    name: str
+    tenant: str
+    attributes: dict[str, Any]  # the docker provider's configuration
+    join: dict[str, Any]  # the join Command's inputs
+    started: float = 0.0  # time.monotonic() at container create
+    joined: subprocess.CompletedProcess[str] | None = None
+    ready_seconds: float | None = None
+
+    @property
+    def environment(self) -> dict[str, str]:
+        return dict(self.join["environment"])
+
+
+@dataclass
+class TenantLab:
+    docker: Docker
+    cache: Path
+    bin_dir: Path  # the real tier's kube binaries (kubectl, kubeadm)
+    run: ProgramRun
+    images: list[bytes]
+    agent_image: str  # the pinned reference the stack config names (gpuAgentImage)
+    stand_ins: dict[str, tenant_stand_in.StandIn] = field(default_factory=dict)
+    workers: dict[str, Worker] = field(default_factory=dict)
+    before_cni: dict[str, dict[str, Any]] = field(default_factory=dict)  # node -> Ready
+    conntrack: tuple[int, int] = (0, 0)  # (the host's value, the target set)
+    agents: set[str] = field(default_factory=set)  # tenants the agent was deployed in
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def kubeconfig(self, tenant: str) -> str:
+        """LAB_KUBECONFIG as WorkerPool hands it over: Kamaji's Secret, checked."""
+        return checked_kubeconfig(
+            self.stand_ins[tenant].admin_kubeconfig, f"{tenant}/{tenant}-admin-kubeconfig"
+        )
+
+    def kubectl(self, tenant: str, *args: str, check: bool = True) -> str:
+        found = tenant_stand_in.kubectl(
+            self.bin_dir, self.stand_ins[tenant].workdir / "admin.conf", *args
+        )
+        if check and found.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)}: {found.stderr}")
+        return found.stdout
+
+    def get(self, tenant: str, *args: str) -> Any:
+        return json.loads(self.kubectl(tenant, "get", *args, "-o", "json"))
+
+    def tenant_workers(self, tenant: str) -> list[Worker]:
+        return [w for w in self.workers.values() if w.tenant == tenant]
+
+    def run_join(self, worker: Worker) -> subprocess.CompletedProcess[str]:
+        environment = {**worker.environment, "LAB_KUBECONFIG": self.kubeconfig(worker.tenant)}
+        return run_script(self.docker, self.cache, worker.join["create"], environment)
+
+    def run_leave(self, worker: Worker) -> subprocess.CompletedProcess[str]:
+        environment = {**worker.environment, "LAB_KUBECONFIG": self.kubeconfig(worker.tenant)}
+        return run_script(self.docker, self.cache, worker.join["delete"], environment)
+
+    def create_worker(self, worker: Worker) -> None:
+        """The container as the provider creates it, booted, with the workload images."""
+        leftover(self.docker, worker.name)
+        worker.started = time.monotonic()
+        create_as_the_provider(self.docker, worker.attributes)
+        state = wait_for_boot(self.docker, worker.name)
+        assert state in ("running", "degraded"), f"{worker.name}: systemd is {state!r}"
+        workload_images.load_images(self.docker, worker.name, self.images)
+
+    def node_ready(self, tenant: str, node: str) -> dict[str, Any] | None:
+        found = tenant_stand_in.kubectl(
+            self.bin_dir,
+            self.stand_ins[tenant].workdir / "admin.conf",
+            "get", "node", node, "-o", "json",
+        )  # fmt: skip
+        if found.returncode != 0:
+            return None
+        conditions = json.loads(found.stdout)["status"].get("conditions", [])
+        return next((c for c in conditions if c["type"] == "Ready"), None)
+
+    def wait_ready(self, workers: list[Worker]) -> None:
+        deadline = time.monotonic() + READY_TIMEOUT_SECONDS
+        pending = [w for w in workers if w.ready_seconds is None]
+        while pending:
+            for worker in list(pending):
+                ready = self.node_ready(worker.tenant, worker.name)
+                if ready and ready["status"] == "True":
+                    worker.ready_seconds = time.monotonic() - worker.started
+                    pending.remove(worker)
+            if pending and time.monotonic() > deadline:
+                raise AssertionError(f"not Ready in {READY_TIMEOUT_SECONDS}s: {pending}")
+            time.sleep(1)
+
+    def apply_flannel(self, tenant: str) -> None:
+        """The program's Flannel component: its namespace, then its chart with its values."""
+        objects = tenant_objects.objects(
+            tenant_objects.on_tenant(self.run, tenant), parents=(f"{tenant}-cni",)
+        )
+        tenant_objects.apply(self.bin_dir / "kubectl", self.kubeconfig(tenant), objects)
+        release = as_stored(self.run.named(f"{tenant}-cni-chart").inputs)
+        rendered = workload_images.render_flannel(
+            release["values"], release["namespace"], self.cache, release["name"]
+        )
+        self.kubectl_apply(tenant, rendered)
+
+    def apply_agent(self, tenant: str) -> None:
+        """The program's SimulatedGpus component's objects (ServiceAccount, RBAC, ConfigMaps,
+        Deployment)."""
+        objects = tenant_objects.objects(
+            tenant_objects.on_tenant(self.run, tenant), parents=(f"{tenant}-simulated-gpus",)
+        )
+        assert objects, f"the program declares no agent objects in {tenant}"
+        tenant_objects.apply(self.bin_dir / "kubectl", self.kubeconfig(tenant), objects)
+
+    def ensure_agent(self, tenant: str) -> None:
+        if tenant not in self.agents:
+            self.apply_agent(tenant)
+            self.agents.add(tenant)
+
+    def kubectl_apply(self, tenant: str, manifests: str) -> None:
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml") as file:
+            file.write(manifests)
+            file.flush()
+            self.kubectl(tenant, "apply", "--server-side", "-f", file.name)
+
+
+def real_bin(cache: Path) -> Path:
+    return cache.parent / REAL_BIN
+
+
+@contextmanager
+def conntrack_at_target(version: str) -> Iterator[tuple[int, int]]:
+    """The host's nf_conntrack_max at kube-proxy's target (the preflight's fix), restored."""
+    original = int(CONNTRACK_MAX.read_text())
+    target = kube_proxy_conntrack_max(version, online_cpus(Path("/")))
+    CONNTRACK_MAX.write_text(str(target))
+    try:
+        yield original, target
+    finally:
+        CONNTRACK_MAX.write_text(str(original))
+        assert int(CONNTRACK_MAX.read_text()) == original
+
+
+def _timed(lab: TenantLab, what: str, started: float) -> None:
+    lab.timings[what] = time.monotonic() - started
+
+
+@contextmanager
+def tenant_lab(docker: Docker, cache: Path, node_image: str, network: str) -> Iterator[TenantLab]:
+    started = time.monotonic()
+    archives = workload_images.workload_archives(cache)
+    images = [path.read_bytes() for path in archives.values()]
+    agent = workload_images.pinned_reference(archives[workload_images.AGENT_IMAGE].read_bytes())
+    run = run_program(tier_config(node_image, agent), host=TierHost())
+    assert run.named(NETWORK_RESOURCE).inputs["name"] == network
+    lab = TenantLab(docker, cache, real_bin(cache), run, images, agent)
+    _timed(lab, "workload images and the program", started)
+    image_id = json.loads(docker.run("image", "inspect", node_image).stdout)[0]["Id"]
+    for tenant in TENANTS:
+        for name in worker_names(tenant):
+            attributes = {**container_attributes(run.named(name).inputs), "image": image_id}
+            lab.workers[name] = Worker(name, tenant, attributes, run.named(f"{name}-join").inputs)
+    busybox = busybox_image(docker, cache)
+    try:
+        with conntrack_at_target(VERSION) as lab.conntrack:
+            for tenant in TENANTS:
+                step = time.monotonic()
+                tcp = as_stored(run.named(f"{tenant}-control-plane").inputs)
+                lab.stand_ins[tenant] = stand_in = tenant_stand_in.start(
+                    docker, tcp=tcp, network=network, image=busybox, bin_dir=lab.bin_dir,
+                    cache=cache,
+                )  # fmt: skip
+                tenant_stand_in.run_phases(lab.bin_dir, stand_in, tcp)
+                _timed(lab, f"{tenant}: control plane and kubeadm phases", step)
+            # tenant-b gets flannel before its workers exist, tenant-a after they joined: the
+            # first shows a worker's whole way to Ready, the second its Nodes before the CNI
+            lab.apply_flannel("tenant-b")
+            step = time.monotonic()
+            with concurrent.futures.ThreadPoolExecutor(len(lab.workers)) as pool:
+                list(pool.map(lab.create_worker, lab.workers.values()))
+            _timed(lab, "workers created, booted, images loaded", step)
+            step = time.monotonic()
+            with concurrent.futures.ThreadPoolExecutor(len(lab.workers)) as pool:
+                joined = list(pool.map(lab.run_join, lab.workers.values()))
+            joins = dict(zip(lab.workers, joined, strict=True))
+            for name, joined in joins.items():
+                lab.workers[name].joined = joined
+                assert joined.returncode == 0, f"{name}: {joined.stderr[-3000:]}"
+            _timed(lab, "join scripts (four at once)", step)
+            for worker in lab.tenant_workers("tenant-a"):
+                lab.before_cni[worker.name] = lab.node_ready("tenant-a", worker.name) or {}
+            lab.apply_flannel("tenant-a")
+            step = time.monotonic()
+            lab.wait_ready(list(lab.workers.values()))
+            _timed(lab, "Nodes Ready after the joins", step)
+            for worker in lab.workers.values():
+                lab.timings[f"{worker.name}: container start to Node Ready"] = worker.ready_seconds
+            yield lab
+    finally:
+        for name in lab.workers:  # as the provider removes them (their /var volume too)
+            docker.run("rm", "-f", "-v", name, check=False)
+        for stand_in in lab.stand_ins.values():
+            tenant_stand_in.stop(docker, stand_in)
+
+
+POD_TIMEOUT_SECONDS = 120
+
+
+def pod_manifest(
+    name: str, node: str, image: str, command: list[str], labels: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """A pod pinned to `node` (no scheduler decision to wait for), as nobody."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "labels": labels or {"app": name}},
+        "spec": {
+            "nodeName": node,
+            "restartPolicy": "Never",
+            "containers": [
+                {
+                    "name": "main",
+                    "image": image,
+                    "imagePullPolicy": "IfNotPresent",
+                    "command": command,
+                    "securityContext": {"runAsUser": 65534, "allowPrivilegeEscalation": False},
+                }
+            ],
+        },
+    }
+
+
+def wait_pod(lab: TenantLab, tenant: str, name: str, phases: tuple[str, ...]) -> dict[str, Any]:
+    deadline = time.monotonic() + POD_TIMEOUT_SECONDS
+    while True:
+        pod = lab.get(tenant, "pod", name, "-n", "default")
+        if pod["status"].get("phase") in phases or time.monotonic() > deadline:
+            return pod
+        time.sleep(1)
+
+
+def run_pod(lab: TenantLab, tenant: str, name: str, node: str, script: str) -> tuple[str, str]:
+    """A Python script in a pod on `node` to its end: (phase, logs)."""
+    manifest = pod_manifest(name, node, lab.agent_image, ["python", "-c", script])
+    lab.kubectl(tenant, "delete", "pod", name, "-n", "default", "--ignore-not-found", "--wait")
+    lab.kubectl_apply(tenant, json.dumps(manifest))
+    pod = wait_pod(lab, tenant, name, ("Succeeded", "Failed"))
+    logs = lab.kubectl(tenant, "logs", name, "-n", "default", check=False)
+    return pod["status"].get("phase", ""), logs

@@ -1,0 +1,346 @@
+"""kamaji_render.py, pure: what Kamaji (26.8.2-edge, ddbabd87) renders for the program's TCP.
+
+The expected lists are what Kamaji's own builders printed for the same TCP (see
+docs/upstream-facts/tenant-stand-in.md). No Docker: these tests request no fixture of the tier.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import kamaji_render as kr
+import pytest
+import yaml
+
+from builders.control_plane import tenant_control_plane_manifest
+from labconfig.model import TenantConfig
+
+ADDRESS = "172.31.255.10"
+UID = "0b7c3a5e-1111-4222-8333-944455556666"
+ETCD = ["kamaji-etcd-0.kamaji-etcd.kamaji-system.svc.cluster.local:2379"]
+
+
+def program_tcp(**tenant: object) -> dict:
+    tcp = tenant_control_plane_manifest(TenantConfig(name="tenant-a", **tenant), ADDRESS)
+    tcp["metadata"]["uid"] = UID
+    return tcp
+
+
+# Kamaji's Deployment builder, run twice with the Konnectivity builder in between (a settled
+# Deployment), on program_tcp() with the DataStore endpoints ETCD.
+KAMAJI_APISERVER = [
+    "kube-apiserver",
+    f"--advertise-address={ADDRESS}",
+    "--allow-privileged=true",
+    "--authorization-mode=Node,RBAC",
+    "--client-ca-file=/etc/kubernetes/pki/ca.crt",
+    "--egress-selector-config-file=/etc/kubernetes/konnectivity/configurations/"
+    "egress-selector-configuration.yaml",
+    "--enable-admission-plugins=CertificateApproval,CertificateSigning,"
+    "CertificateSubjectRestriction,DefaultIngressClass,DefaultStorageClass,"
+    "DefaultTolerationSeconds,LimitRanger,MutatingAdmissionWebhook,NamespaceLifecycle,"
+    "PersistentVolumeClaimResize,Priority,ResourceQuota,RuntimeClass,ServiceAccount,"
+    "StorageObjectInUseProtection,TaintNodesByCondition,ValidatingAdmissionWebhook",
+    "--enable-bootstrap-token-auth=true",
+    "--etcd-cafile=/etc/kubernetes/pki/etcd/ca.crt",
+    "--etcd-certfile=/etc/kubernetes/pki/etcd/server.crt",
+    "--etcd-compaction-interval=0",
+    "--etcd-keyfile=/etc/kubernetes/pki/etcd/server.key",
+    f"--etcd-prefix=/{UID}",
+    f"--etcd-servers=https://{ETCD[0]}",
+    "--kubelet-client-certificate=/etc/kubernetes/pki/apiserver-kubelet-client.crt",
+    "--kubelet-client-key=/etc/kubernetes/pki/apiserver-kubelet-client.key",
+    "--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname",
+    "--proxy-client-cert-file=/etc/kubernetes/pki/front-proxy-client.crt",
+    "--proxy-client-key-file=/etc/kubernetes/pki/front-proxy-client.key",
+    "--requestheader-allowed-names=front-proxy-client",
+    "--requestheader-client-ca-file=/etc/kubernetes/pki/front-proxy-ca.crt",
+    "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+    "--requestheader-group-headers=X-Remote-Group",
+    "--requestheader-username-headers=X-Remote-User",
+    "--secure-port=6443",
+    "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+    "--service-account-key-file=/etc/kubernetes/pki/sa.pub",
+    "--service-account-signing-key-file=/etc/kubernetes/pki/sa.key",
+    "--service-cluster-ip-range=10.96.0.0/16",
+    "--tls-cert-file=/etc/kubernetes/pki/apiserver.crt",
+    "--tls-private-key-file=/etc/kubernetes/pki/apiserver.key",
+]
+KAMAJI_CONTROLLER_MANAGER = [
+    "kube-controller-manager",
+    "--allocate-node-cidrs=true",
+    "--authentication-kubeconfig=/etc/kubernetes/controller-manager.conf",
+    "--authorization-kubeconfig=/etc/kubernetes/controller-manager.conf",
+    "--bind-address=0.0.0.0",
+    "--client-ca-file=/etc/kubernetes/pki/ca.crt",
+    "--cluster-cidr=10.244.0.0/16",
+    "--cluster-name=tenant-a",
+    "--cluster-signing-cert-file=/etc/kubernetes/pki/ca.crt",
+    "--cluster-signing-key-file=/etc/kubernetes/pki/ca.key",
+    "--controllers=*,bootstrapsigner,tokencleaner",
+    "--kubeconfig=/etc/kubernetes/controller-manager.conf",
+    "--leader-elect=true",
+    "--requestheader-client-ca-file=/etc/kubernetes/pki/front-proxy-ca.crt",
+    "--root-ca-file=/etc/kubernetes/pki/ca.crt",
+    "--service-account-private-key-file=/etc/kubernetes/pki/sa.key",
+    "--service-cluster-ip-range=10.96.0.0/16",
+    "--use-service-account-credentials=true",
+]
+KAMAJI_SCHEDULER = [
+    "kube-scheduler",
+    "--authentication-kubeconfig=/etc/kubernetes/scheduler.conf",
+    "--authorization-kubeconfig=/etc/kubernetes/scheduler.conf",
+    "--bind-address=0.0.0.0",
+    "--kubeconfig=/etc/kubernetes/scheduler.conf",
+    "--leader-elect=true",
+]
+KAMAJI_KONNECTIVITY_SERVER = [
+    "/proxy-server",
+    "--admin-port=8133",
+    "--agent-namespace=kube-system",
+    "--agent-port=8132",
+    "--agent-service-account=konnectivity-agent",
+    "--authentication-audience=system:konnectivity-server",
+    "--cluster-cert=/etc/kubernetes/pki/apiserver.crt",
+    "--cluster-key=/etc/kubernetes/pki/apiserver.key",
+    "--health-port=8134",
+    "--kubeconfig=/etc/kubernetes/konnectivity-server.conf",
+    "--mode=grpc",
+    "--server-count=1",
+    "--server-port=0",
+    "--uds-name=/run/konnectivity/konnectivity-server.socket",
+]
+
+
+@pytest.mark.upstream("kamaji-apiserver-flags", "kamaji-etcd-datastore-flags")
+def test_apiserver_args_are_kamajis_for_the_programs_tcp():
+    args = kr.control_plane_args(program_tcp(), datastore_endpoints=ETCD)
+    assert args["kube-apiserver"] == KAMAJI_APISERVER
+
+
+@pytest.mark.upstream("kamaji-controller-manager-and-scheduler-flags")
+def test_controller_manager_and_scheduler_args_are_kamajis():
+    args = kr.control_plane_args(program_tcp(), datastore_endpoints=ETCD)
+    assert args["kube-controller-manager"] == KAMAJI_CONTROLLER_MANAGER
+    assert args["kube-scheduler"] == KAMAJI_SCHEDULER
+    assert set(args) == {"kube-apiserver", "kube-controller-manager", "kube-scheduler"}
+
+
+@pytest.mark.upstream("kamaji-controller-manager-and-scheduler-flags")
+def test_the_component_kubeconfigs_go_through_the_pods_loopback():
+    assert kr.component_kubeconfig_server(program_tcp()) == "https://127.0.0.1:6443"
+
+
+@pytest.mark.upstream("kamaji-tcp-admission-defaults", "kamaji-apiserver-flags")
+def test_the_tenants_cidrs_and_address_reach_the_flags():
+    tcp = program_tcp(service_cidr="10.112.0.0/16", pod_cidr="10.128.0.0/16")
+    args = kr.control_plane_args(tcp, datastore_endpoints=["a:2379", "b:2379"])
+    assert "--service-cluster-ip-range=10.112.0.0/16" in args["kube-apiserver"]
+    assert "--etcd-servers=https://a:2379,https://b:2379" in args["kube-apiserver"]
+    assert "--cluster-cidr=10.128.0.0/16" in args["kube-controller-manager"]
+    assert "--service-cluster-ip-range=10.112.0.0/16" in args["kube-controller-manager"]
+    advertised = copy.deepcopy(tcp)
+    advertised["spec"]["networkProfile"]["advertiseAddress"] = "10.0.0.9"
+    apiserver = kr.apiserver_args(advertised, datastore_endpoints=ETCD)
+    assert "--advertise-address=10.0.0.9" in apiserver
+
+
+@pytest.mark.upstream("kamaji-etcd-datastore-flags", "kamaji-tcp-admission-defaults")
+def test_the_etcd_prefix_is_the_schema_else_the_uid_else_the_name():
+    tcp = program_tcp()
+    assert kr.datastore_schema(tcp) == UID
+    del tcp["metadata"]["uid"]
+    assert kr.datastore_schema(tcp) == "tenant-a"
+    tcp["spec"]["dataStoreSchema"] = "tenant_a"
+    assert kr.datastore_schema(tcp) == "tenant_a"
+    assert "--etcd-prefix=/tenant_a" in kr.apiserver_args(tcp, datastore_endpoints=ETCD)
+
+
+@pytest.mark.upstream("kamaji-konnectivity-egress-selector")
+def test_without_konnectivity_only_the_egress_selector_flag_goes():
+    with_it = kr.apiserver_args(program_tcp(), datastore_endpoints=ETCD)
+    without = kr.apiserver_args(program_tcp(), datastore_endpoints=ETCD, konnectivity=False)
+    assert sorted(set(with_it) - set(without)) == [
+        f"--egress-selector-config-file={kr.EGRESS_SELECTOR_CONFIG}"
+    ]
+    assert set(without) < set(with_it)
+    no_addon = program_tcp()
+    del no_addon["spec"]["addons"]["konnectivity"]
+    assert kr.apiserver_args(no_addon, datastore_endpoints=ETCD) == without
+
+
+@pytest.mark.upstream("kamaji-konnectivity-egress-selector")
+def test_the_egress_selector_sends_cluster_traffic_to_the_servers_socket():
+    config = yaml.safe_load(kr.egress_selector_configuration())
+    assert config["apiVersion"] == "apiserver.k8s.io/v1beta1"
+    assert config["kind"] == "EgressSelectorConfiguration"
+    [selection] = config["egressSelections"]
+    assert selection == {
+        "name": "cluster",
+        "connection": {
+            "proxyProtocol": "GRPC",
+            "transport": {"uds": {"udsName": "/run/konnectivity/konnectivity-server.socket"}},
+        },
+    }
+    assert kr.konnectivity_server_args(program_tcp()) == KAMAJI_KONNECTIVITY_SERVER
+
+
+@pytest.mark.upstream("kamaji-apiserver-flags", "kamaji-konnectivity-egress-selector")
+def test_every_file_the_args_name_is_described():
+    args = kr.control_plane_args(program_tcp(), datastore_endpoints=ETCD)
+    named = {
+        value
+        for argv in args.values()
+        for arg in argv[1:]
+        for value in [arg.partition("=")[2]]
+        if value.startswith("/etc/")
+    }
+    files = kr.pod_files()
+    assert named <= set(files), sorted(named - set(files))
+    assert kr.EGRESS_SELECTOR_CONFIG not in kr.pod_files(konnectivity=False)
+
+
+@pytest.mark.upstream("kamaji-tcp-admission-defaults")
+def test_admission_defaults():
+    tcp = program_tcp()
+    del tcp["spec"]["networkProfile"]["dnsServiceIPs"]
+    del tcp["spec"]["controlPlane"]["deployment"]["replicas"]
+    spec = kr.defaulted(tcp)["spec"]
+    assert spec["networkProfile"]["dnsServiceIPs"] == ["10.96.0.10"]
+    assert spec["networkProfile"]["clusterDomain"] == "cluster.local"
+    assert spec["networkProfile"]["serviceCidrs"] == ["10.96.0.0/16"]
+    assert spec["controlPlane"]["deployment"]["replicas"] == 2
+    assert len(spec["kubernetes"]["admissionControllers"]) == 17
+    assert "dnsServiceIPs" not in tcp["spec"]["networkProfile"]  # the input is left alone
+    assert kr._tenth_address("fd00:10::/108") == "fd00:10::10"
+
+
+@pytest.mark.upstream(
+    "kamaji-kubeadm-configuration", "kubeadm-cli-config-differs-from-kamaji-library"
+)
+def test_kubeadm_configuration_is_kamajis_in_v1beta4():
+    init, cluster, proxy = yaml.safe_load_all(
+        kr.kubeadm_configuration(program_tcp(), datastore_endpoints=ETCD)
+    )
+    assert init["kind"] == "InitConfiguration"
+    assert init["localAPIEndpoint"] == {"advertiseAddress": ADDRESS, "bindPort": 6443}
+    assert init["nodeRegistration"]["name"] == "node"
+    assert cluster["apiVersion"] == "kubeadm.k8s.io/v1beta4"
+    assert cluster["clusterName"] == "tenant-a"
+    assert cluster["kubernetesVersion"] == "v1.35.0"
+    assert cluster["controlPlaneEndpoint"] == f"{ADDRESS}:6443"
+    assert cluster["networking"] == {
+        "dnsDomain": "cluster.local",
+        "podSubnet": "10.244.0.0/16",
+        "serviceSubnet": "10.96.0.0/16",
+    }
+    # kubeadm's CLI wants URLs where Kamaji keeps host:port
+    assert cluster["etcd"] == {"external": {"endpoints": [f"https://{ETCD[0]}"]}}
+    assert cluster["apiServer"]["certSANs"] == [
+        "127.0.0.1",
+        "localhost",
+        "tenant-a",
+        "tenant-a.tenant-a.svc",
+        "tenant-a.tenant-a.svc.cluster.local",
+        ADDRESS,
+        ADDRESS,
+    ]
+    assert cluster["apiServer"]["extraArgs"] == [
+        {"name": "etcd-compaction-interval", "value": "0s"},
+        {"name": "etcd-prefix", "value": "/tenant-a"},
+    ]
+    assert proxy["kind"] == "KubeProxyConfiguration"
+
+
+@pytest.mark.upstream("kamaji-soot-phases")
+def test_phases_in_the_order_kamaji_triggers_them():
+    phases = kr.phases()
+    assert [p.kubeadm for p in phases] == [
+        None,
+        "kubeadm init phase addon kube-proxy",
+        "kubeadm init phase addon coredns",
+        "kubeadm init phase upload-config kubeadm",
+        "kubeadm init phase upload-config kubelet",
+        "kubeadm init phase bootstrap-token",
+        None,
+    ]
+    assert "kubeadm:cluster-admins" in phases[-1].kamaji
+    assert "token" in phases[5].note
+
+
+def test_json_patch_add_replaces_and_replace_needs_the_key():
+    doc = {"a": 1, "list": [1, 2]}
+    patched = kr.apply_json_patch(
+        doc,
+        [
+            {"op": "add", "path": "/a", "value": 2},
+            {"op": "add", "path": "/b~1c", "value": {"x": 1}},
+            {"op": "add", "path": "/list/-", "value": 3},
+            {"op": "add", "path": "/list/0", "value": 0},
+            {"op": "remove", "path": "/list/1"},
+        ],
+    )
+    assert patched == {"a": 2, "b/c": {"x": 1}, "list": [0, 2, 3]}
+    assert doc == {"a": 1, "list": [1, 2]}
+    with pytest.raises(KeyError):
+        kr.apply_json_patch(doc, [{"op": "replace", "path": "/missing", "value": 1}])
+    with pytest.raises(NotImplementedError):
+        kr.apply_json_patch(doc, [{"op": "move", "from": "/a", "path": "/z"}])
+
+
+@pytest.mark.upstream("kamaji-kubelet-config-upload")
+def test_kubelet_configuration_is_kamajis_defaults_with_the_tcps_patches():
+    config = kr.kubelet_configuration(program_tcp())
+    assert config["apiVersion"] == "kubelet.config.k8s.io/v1beta1"
+    assert config["kind"] == "KubeletConfiguration"
+    # uploadconfig.go's own fields
+    assert config["authentication"]["x509"]["clientCAFile"] == "/etc/kubernetes/pki/ca.crt"
+    assert config["clusterDNS"] == ["10.96.0.10"]
+    assert config["clusterDomain"] == "cluster.local"
+    assert config["rotateCertificates"] is True
+    assert config["staticPodPath"] == "/etc/kubernetes/manifests"
+    assert "resolvConf" not in config
+    # the program's patches (builders/control_plane.py), applied over the defaults
+    assert config["cgroupDriver"] == "systemd"
+    assert config["cgroupRoot"] == "/kubelet"
+    assert config["failSwapOn"] is False
+    assert config["imageGCHighThresholdPercent"] == 100
+    assert config["evictionHard"] == {
+        "nodefs.available": "0%",
+        "nodefs.inodesFree": "0%",
+        "imagefs.available": "0%",
+    }
+    # defaults of the v1.36 library Kamaji links, whatever the tenant's version
+    assert config["failCgroupV1"] is True
+    assert config["imageGCLowThresholdPercent"] == 80
+    assert config["containerRuntimeEndpoint"] == "unix:///run/containerd/containerd.sock"
+    assert len(config) == 83  # as many keys as Kamaji printed for this TCP
+
+
+@pytest.mark.upstream("kamaji-kubelet-config-upload")
+def test_without_patches_the_driver_is_left_out_and_the_defaults_stay():
+    tcp = program_tcp(worker_mode="remote")
+    assert "cgroupRoot" not in kr.kubelet_configuration(tcp)
+    del tcp["spec"]["kubernetes"]["kubelet"]["configurationJSONPatches"]
+    plain = kr.kubelet_configuration(tcp)
+    assert "cgroupDriver" not in plain
+    assert plain["failSwapOn"] is True
+    assert plain["imageGCHighThresholdPercent"] == 85
+    assert "evictionHard" not in plain
+    tcp["spec"]["kubernetes"]["kubelet"]["cgroupfs"] = "cgroupfs"
+    assert kr.kubelet_configuration(tcp)["cgroupDriver"] == "cgroupfs"
+    assert yaml.safe_load(kr.kubelet_configuration_yaml(tcp)) == kr.kubelet_configuration(tcp)
+
+
+@pytest.mark.upstream("kamaji-soot-phases")
+def test_kube_proxy_gets_no_cluster_cidr_from_kamaji():
+    proxy = kr.kube_proxy_configuration(program_tcp())
+    assert proxy["bindAddress"] == "0.0.0.0"
+    assert proxy["clientConnection"] == {"kubeconfig": "/var/lib/kube-proxy/kubeconfig.conf"}
+    assert "clusterCIDR" not in proxy
+
+
+def test_differences_are_markdown_ready():
+    items = kr.differences()
+    assert len(items) >= 8
+    assert all(item and "\n" not in item for item in items)
