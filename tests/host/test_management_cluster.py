@@ -233,6 +233,28 @@ def test_kube_proxy_and_coredns_run_and_services_answer(
     assert answer.split()[:1] == [api_ip], answer
 
 
+@pytest.mark.upstream("kindest-node-cni-layout")
+def test_the_default_cni_daemonset_wrote_the_nodes_conflist(
+    docker: Docker, kind_cluster: Cluster, tier_cache_dir: Path
+):
+    """The node image ships no CNI config (as kindest/node): kind's default CNI manifest, a
+    DaemonSet of preloaded images, wrote it for the pod subnet kind templated in."""
+    kubeconfig = kind_cluster.created.stdout
+    found = kubectl(
+        tier_cache_dir, kubeconfig, "get", "pods", "-n", "kube-system", "-l", "app=host-tier-cni",
+        "-o", "json",
+    )  # fmt: skip
+    (pod,) = json.loads(found.stdout)["items"]
+    assert pod["status"]["phase"] == "Running", pod["status"]
+    written = docker.run(
+        "exec", kind_cluster.command.node, "cat", "/etc/cni/net.d/10-host-tier.conflist"
+    )
+    subnet = json.loads(written.stdout)["plugins"][0]["ipam"]["ranges"][0][0]["subnet"]
+    assert subnet == "10.244.0.0/16"  # kind's default podSubnet
+    assert all(ipaddress.ip_network(c).subnet_of(ipaddress.ip_network(subnet))
+               for c in pod_cidrs(tier_cache_dir, kubeconfig))  # fmt: skip
+
+
 SETTLE_SECONDS = 30
 
 

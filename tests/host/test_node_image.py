@@ -187,6 +187,25 @@ def wait_for_boot(docker: Docker, container: str) -> str:
     return state
 
 
+@pytest.mark.upstream("kubelet-validates-hugetlb-cgroup-root")
+def test_every_cgroup_v1_hierarchy_the_kubelet_validates_has_its_root(
+    docker: Docker, booted_worker
+):
+    """Before each kubelet start (an unjoined node's kubelet restarts every few seconds), the
+    node's kubelet cgroup root is there in every hierarchy the kubelet checks, hugetlb included
+    when the node mounts it."""
+    _, container = booted_worker
+    assert wait_for_boot(docker, container) == "running"
+    time.sleep(3)  # one restart of the unconfigured kubelet at least
+    script = (
+        "for c in cpu cpuacct cpuset memory pids systemd hugetlb; do"
+        " m=/sys/fs/cgroup/$c; [ -d $m ] && [ ! -L $m ] || continue;"
+        " test -d $m/kubelet.slice && test -d $m/kubelet || echo missing $m; done"
+    )
+    found = docker.run("exec", container, "sh", "-c", script)
+    assert found.stdout == "", found.stdout
+
+
 def test_the_worker_boots_systemd_and_containerd(docker: Docker, booted_worker):
     _, container = booted_worker
     state = wait_for_boot(docker, container)

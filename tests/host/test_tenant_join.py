@@ -80,6 +80,7 @@ def test_the_workers_register_with_exactly_the_labels_the_program_asks(
         assert labels["kubernetes.io/hostname"] == worker.name
 
 
+@pytest.mark.upstream("flannel-chart-containers", "kindest-node-cni-layout")
 def test_nodes_are_ready_only_with_the_programs_flannel(tenants: TenantLab):
     """tenant-a's workers joined before its flannel: NotReady, the runtime's network not
     ready (no CNI config: the node image has none, like kindest/node); then Ready once the

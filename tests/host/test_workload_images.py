@@ -3,27 +3,25 @@ built here, run as the program's manifests run them, and imported into a node co
 containerd under the names (tag and digest) a kubelet asks for.
 
 These tests use the tier's daemon but not the lab network; images they load into the daemon
-and containers they create (prefix `hb-`) are removed at the end.
+and the node container they create are removed at the end. The images running in kubelets' pods
+under the program's manifests are test_tenant_join.py's (flannel) and test_tenant_agent.py's.
 """
 
 from __future__ import annotations
 
 import io
-import ipaddress
 import json
 import os
 import subprocess
 import tarfile
-import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from docker_host import Docker
-from node_image import BuildPaths, docker_archive
+from node_image import docker_archive
 from test_node_image import wait_for_boot
 from workload_images import (
     AGENT_IMAGE,
@@ -156,7 +154,7 @@ def loaded(docker: Docker, workload_archives: dict[str, Path]) -> Iterator[dict[
 
 def run(docker: Docker, *args: str, check: bool = True) -> str:
     """`docker run --rm` of args: its output (stdout, then stderr)."""
-    ran = docker.run("run", "--rm", "--name", f"hb-test-{os.getpid()}", *args, check=check)
+    ran = docker.run("run", "--rm", "--name", f"workload-images-{os.getpid()}", *args, check=check)
     return ran.stdout + ran.stderr
 
 
@@ -233,7 +231,7 @@ def test_tencent_vpc_is_the_stub(tier_cache_dir: Path):
 def node(docker: Docker, node_image: str) -> Iterator[str]:
     """A node container of the node image, booted (systemd, containerd), not joined."""
     docker.require_privileged()
-    name = f"hb-node-{os.getpid()}"
+    name = f"workload-images-node-{os.getpid()}"
     docker.run("rm", "-f", name, check=False)
     docker.run(
         "run", "-d", "--name", name, "--privileged", "--tmpfs", "/tmp", "--tmpfs", "/run",
@@ -273,166 +271,3 @@ def test_no_layer_holds_a_path_twice(workload_archives: dict[str, Path]):
         with tarfile.open(fileobj=io.BytesIO(members[entry["Layers"][0]])) as tar:
             names = [member.name for member in tar.getmembers()]
         assert len(names) == len(set(names)), name
-
-
-# --- a kind cluster of the node image: its default CNI, then flannel and the agent from the
-# images loaded into it, as a tenant worker runs them (the kubelet, containerd's CRI)
-
-CLUSTER = "hb-workloads"
-CLUSTER_SUBNET = "172.29.0.0/16"
-KIND_POD_SUBNET = "10.244.0.0/16"  # kind's default
-READY_TIMEOUT_SECONDS = 180
-
-
-@dataclass
-class Cluster:
-    node: str
-    kubeconfig: Path
-    kubectl: Path
-
-    def run(self, *args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [str(self.kubectl), "--kubeconfig", str(self.kubeconfig), *args],
-            input=input, capture_output=True, text=True, timeout=120, check=False,
-        )  # fmt: skip
-
-    def json(self, *args: str) -> dict[str, Any]:
-        found = self.run(*args, "-o", "json")
-        assert found.returncode == 0, found.stderr
-        return json.loads(found.stdout)
-
-    def wait(self, what: str, ok: Callable[[], bool]) -> None:
-        deadline = time.monotonic() + READY_TIMEOUT_SECONDS
-        while not ok():
-            assert time.monotonic() < deadline, f"{what}: not within {READY_TIMEOUT_SECONDS} s"
-            time.sleep(2)
-
-
-@pytest.fixture(scope="module")
-def cluster(
-    docker: Docker, node_image: str, tier_cache_dir: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Cluster]:
-    docker.require_privileged()
-    bin_dir = BuildPaths.under(tier_cache_dir).bin
-    home = tmp_path_factory.mktemp("kind-home")
-    env = {**docker.env(), "HOME": str(home), "KIND_EXPERIMENTAL_DOCKER_NETWORK": CLUSTER}
-    kind = [str(bin_dir / "kind"), "--name", CLUSTER]
-
-    def delete() -> None:
-        subprocess.run([kind[0], "delete", "cluster", *kind[1:]], env=env, capture_output=True)
-        docker.run("network", "rm", CLUSTER, check=False)
-
-    delete()  # left by an interrupted run
-    docker.run("network", "create", "--subnet", CLUSTER_SUBNET, CLUSTER)
-    kubeconfig = home / "kubeconfig"
-    try:
-        created = subprocess.run(
-            [kind[0], "create", "cluster", *kind[1:], "--image", node_image,
-             "--kubeconfig", str(kubeconfig), "--wait", "0s"],
-            env=env, capture_output=True, text=True, timeout=600, check=False,
-        )  # fmt: skip
-        assert created.returncode == 0, created.stderr[-3000:]
-        yield Cluster(f"{CLUSTER}-control-plane", kubeconfig, bin_dir / "kubectl")
-    finally:
-        delete()
-
-
-def ready_since(cluster: Cluster) -> str | None:
-    (node,) = cluster.json("get", "nodes")["items"]
-    (ready,) = [c for c in node["status"]["conditions"] if c["type"] == "Ready"]
-    return ready["lastTransitionTime"] if ready["status"] == "True" else None
-
-
-@pytest.mark.upstream("kindest-node-cni-layout")
-def test_the_default_cni_makes_the_node_ready(docker: Docker, cluster: Cluster):
-    """Nothing in /etc/cni/net.d until kind's default CNI, the DaemonSet of preloaded images,
-    wrote the conflist: the node turns Ready then, and pods get addresses from the subnet."""
-    cluster.wait("node Ready", lambda: ready_since(cluster) is not None)
-
-    def writer() -> dict[str, Any]:
-        pods = cluster.json("get", "pods", "-n", "kube-system", "-l", "app=host-tier-cni")
-        (pod,) = pods["items"]
-        return pod["status"].get("initContainerStatuses", [{}])[0].get("state", {})
-
-    # the pod's status reaches the API server after the node's may: wait for it
-    cluster.wait("the conflist writer's status", lambda: "terminated" in writer())
-    assert ready_since(cluster) >= writer()["terminated"]["finishedAt"]  # RFC 3339, UTC
-    written = docker.run("exec", cluster.node, "cat", "/etc/cni/net.d/10-host-tier.conflist")
-    subnet = json.loads(written.stdout)["plugins"][0]["ipam"]["ranges"][0][0]["subnet"]
-    assert subnet == KIND_POD_SUBNET
-
-    def dns_has_addresses() -> bool:
-        pods = cluster.json("get", "pods", "-n", "kube-system", "-l", "k8s-app=kube-dns")
-        return all(p["status"].get("podIP") for p in pods["items"]) and bool(pods["items"])
-
-    cluster.wait("CoreDNS pods with addresses", dns_has_addresses)
-    pods = cluster.json("get", "pods", "-n", "kube-system", "-l", "k8s-app=kube-dns")["items"]
-    for found in pods:
-        assert ipaddress.ip_address(found["status"]["podIP"]) in ipaddress.ip_network(subnet)
-
-
-def pulls(cluster: Cluster, namespace: str) -> list[str]:
-    events = cluster.json("get", "events", "-n", namespace)["items"]
-    return [e["message"] for e in events if e["reason"] in ("Pulling", "Failed", "BackOff")]
-
-
-@pytest.mark.upstream("flannel-chart-containers", "containerd-cri-resolves-by-name")
-def test_flannel_runs_from_the_loaded_images_with_the_programs_values(
-    docker: Docker, cluster: Cluster, workload_archives: dict[str, Path], tier_cache_dir: Path
-):
-    load_images(docker, cluster.node, [path.read_bytes() for path in workload_archives.values()])
-    cluster.run("create", "namespace", NAMESPACE)
-    cluster.run("label", "namespace", NAMESPACE, "pod-security.kubernetes.io/enforce=privileged")
-    rendered = render_flannel(flannel_values(KIND_POD_SUBNET), NAMESPACE, tier_cache_dir)
-    applied = cluster.run("apply", "-f", "-", input=rendered)
-    assert applied.returncode == 0, applied.stderr
-
-    def flannel_ready() -> bool:
-        pods = cluster.json("get", "pods", "-n", NAMESPACE)["items"]
-        statuses = [s for p in pods for s in p["status"].get("containerStatuses", [])]
-        return bool(statuses) and all(s["ready"] for s in statuses)
-
-    cluster.wait("flannel Ready", flannel_ready)
-    assert pulls(cluster, NAMESPACE) == []
-    plugins = docker.run("exec", cluster.node, "ls", "/opt/cni/bin").stdout.split()
-    assert "flannel" in plugins
-    written = docker.run("exec", cluster.node, "cat", "/etc/cni/net.d/10-flannel.conflist")
-    assert json.loads(written.stdout) == json.loads(flannel_cni_conf())
-    subnet = docker.run("exec", cluster.node, "cat", "/run/flannel/subnet.env").stdout
-    assert f"FLANNEL_NETWORK={KIND_POD_SUBNET}\n" in subnet
-
-
-def test_the_agent_runs_by_its_pinned_reference_without_a_pull(
-    docker: Docker, cluster: Cluster, workload_archives: dict[str, Path]
-):
-    """The agent's container as its Deployment has it (image by the digest-pinned name a
-    stack config would give gpuAgentImage, its code from its ConfigMap), asked for --help."""
-    archive = workload_archives[AGENT_IMAGE].read_bytes()
-    pinned = load_images(docker, cluster.node, [archive])[0]
-    manifests = agent_manifests({}, pinned)
-    code = {"apiVersion": "v1", "kind": "ConfigMap", **manifests["code"]}
-    code["metadata"] = {**code["metadata"], "namespace": "default"}
-    (container,) = manifests["deployment"]["spec"]["template"]["spec"]["containers"]
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "hb-agent", "namespace": "default"},
-        "spec": {
-            "restartPolicy": "Never",
-            "containers": [{**container, "args": ["--help"], "volumeMounts": [
-                m for m in container["volumeMounts"] if m["name"] == "code"]}],
-            "volumes": [{"name": "code", "configMap": {"name": code["metadata"]["name"]}}],
-        },
-    }  # fmt: skip
-    applied = cluster.run("apply", "-f", "-", input=json.dumps({"kind": "List", "apiVersion": "v1",
-                          "items": [code, pod]}))  # fmt: skip
-    assert applied.returncode == 0, applied.stderr
-
-    def finished() -> bool:
-        phase = cluster.json("get", "pod", "hb-agent")["status"].get("phase")
-        return phase in ("Succeeded", "Failed")
-
-    cluster.wait("the agent pod", finished)
-    assert cluster.json("get", "pod", "hb-agent")["status"]["phase"] == "Succeeded"
-    assert "--once" in cluster.run("logs", "hb-agent").stdout
-    assert pulls(cluster, "default") == []
