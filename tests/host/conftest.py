@@ -124,6 +124,27 @@ def lab_network(docker: Docker) -> Iterator[CreatedNetwork]:
         docker.api("DELETE", f"/networks/{body['Id']}")
 
 
+# The tenant modules share the session's `tenants` (two tenants, four workers named as the
+# program names them): they run last, so no other module meets their containers, in an order
+# where what a module does to the workers (restarts, a leave) comes after what others check.
+TENANT_MODULES = (
+    "test_tenant_join.py",
+    "test_tenant_labcheck.py",
+    "test_tenant_agent.py",
+    "test_tenant_lifecycle.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def order(item: pytest.Item) -> int:
+        name = item.path.name
+        return TENANT_MODULES.index(name) if name in TENANT_MODULES else -1
+
+    unknown = {i.path.name for i in items if i.path.name.startswith("test_tenant_")}
+    assert unknown <= set(TENANT_MODULES), f"place {unknown - set(TENANT_MODULES)} in the order"
+    items.sort(key=order)
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     measured = terminalreporter.config.stash.get(FOOTPRINT, None)
     if measured:

@@ -14,7 +14,6 @@ run on the same TCP (docs/upstream-facts/tenant-stand-in.md):
 - `kubelet_configuration`: the kubelet-config ConfigMap's KubeletConfiguration
   (internal/kubeadm/uploadconfig.go), the TCP's configurationJSONPatches applied.
 - `phases`: what Kamaji does once the API server answers, as `kubeadm init phase` commands.
-- `differences`: where a stand-in built from these is not Kamaji.
 """
 
 from __future__ import annotations
@@ -589,41 +588,6 @@ def apply_json_patch(document: dict[str, Any], patch: list[dict[str, Any]]) -> d
         else:
             raise NotImplementedError(f"JSON patch op {op!r}")
     return out
-
-
-def differences() -> list[str]:
-    """Where a stand-in built from this module is not Kamaji (markdown bullets)."""
-    return [
-        "No Kamaji controller: nothing reconciles. Certificates and kubeconfigs are made once by "
-        "`kubeadm init phase certs/kubeconfig` (Kamaji keeps them in Secrets, rotates them before "
-        "expiry and rolls the Deployment on change); no TCP status, no Ready condition.",
-        "One process each, not a 2-replica Deployment behind a Service: no blue/green rollout, no "
-        "probes restarting a failed container (Kamaji probes /livez, /readyz on the API port and "
-        "/healthz on 10257/10259 over HTTPS).",
-        "Datastore: Kamaji shares one kamaji-etcd among tenants, each in its own `/<TCP UID>/` "
-        "prefix with an etcd user and role and a client certificate signed by the DataStore CA. A "
-        "stand-in etcd per tenant needs the same three files under pki/etcd/ but can skip etcd "
-        "auth; with auth on (as checked here) the user named by the certificate's CN needs "
-        "readwrite on the prefix, and --etcd-compaction-interval=0 leaves compaction to etcd.",
-        "Konnectivity: with the egress selector, kube-apiserver reaches nodes (logs, exec, "
-        "port-forward, webhooks and APIs served by tenant pods) only through the Konnectivity "
-        "server's socket; without a server those calls fail while /readyz stays ok. "
-        "`konnectivity=False` renders Kamaji's flags for a TCP without the addon: direct "
-        "connections, which work only when the node addresses are reachable from the stand-in.",
-        "kubeadm versions: Kamaji builds its kubeadm configuration, kube-proxy/CoreDNS manifests "
-        "and kubelet defaults with the k8s.io/kubernetes v1.36.3 libraries; the stand-in runs the "
-        "v1.35.4 kubeadm CLI, which also validates (etcd endpoints as URLs, no loopback "
-        "advertiseAddress).",
-        "upload-config kubelet: kubeadm uploads its own defaulted KubeletConfiguration without "
-        "the TCP's JSON patches; create kube-system/kubelet-config from kubelet_configuration().",
-        "bootstrap-token: kubeadm creates a bootstrap token Secret, Kamaji creates none "
-        "(workers join with a token made later).",
-        "kubeadm:cluster-admins: kubeadm binds it only when --kubeconfig is the default "
-        "/etc/kubernetes/admin.conf; Kamaji always does.",
-        "kube-proxy: kubeadm sets clusterCIDR to the pod subnet; Kamaji leaves it empty.",
-        "Konnectivity agent, its RBAC and the konnectivity-server kubeconfig have no kubeadm "
-        "phase: the stand-in must make them itself or leave Konnectivity out.",
-    ]
 
 
 # --- the kubelet-config ConfigMap --------------------------------------------------------------

@@ -32,7 +32,8 @@ import tenant_objects
 import tenant_stand_in
 import workload_images
 from docker_host import Docker
-from images import busybox_image
+from images import busybox_binary, busybox_image, busybox_rootfs
+from node_image import docker_archive
 from program import NETWORK_RESOURCE, TierHost, as_stored
 from test_management_cluster import run_script
 from test_node_image import mirrored_config, wait_for_boot
@@ -72,6 +73,7 @@ class Worker:
     attributes: dict[str, Any]  # the docker provider's configuration
     join: dict[str, Any]  # the join Command's inputs
     started: float = 0.0  # time.monotonic() at container create
+    steps: dict[str, float] = field(default_factory=dict)  # seconds from `started`
     joined: subprocess.CompletedProcess[str] | None = None
     ready_seconds: float | None = None
 
@@ -88,6 +90,7 @@ class TenantLab:
     run: ProgramRun
     images: list[bytes]
     agent_image: str  # the pinned reference the stack config names (gpuAgentImage)
+    tools_image: str  # labcheck's toolsImage, as the program's spec names it
     stand_ins: dict[str, tenant_stand_in.StandIn] = field(default_factory=dict)
     workers: dict[str, Worker] = field(default_factory=dict)
     before_cni: dict[str, dict[str, Any]] = field(default_factory=dict)  # node -> Ready
@@ -117,7 +120,9 @@ class TenantLab:
 
     def run_join(self, worker: Worker) -> subprocess.CompletedProcess[str]:
         environment = {**worker.environment, "LAB_KUBECONFIG": self.kubeconfig(worker.tenant)}
-        return run_script(self.docker, self.cache, worker.join["create"], environment)
+        joined = run_script(self.docker, self.cache, worker.join["create"], environment)
+        worker.steps.setdefault("joined", time.monotonic() - worker.started)
+        return joined
 
     def run_leave(self, worker: Worker) -> subprocess.CompletedProcess[str]:
         environment = {**worker.environment, "LAB_KUBECONFIG": self.kubeconfig(worker.tenant)}
@@ -130,7 +135,10 @@ class TenantLab:
         create_as_the_provider(self.docker, worker.attributes)
         state = wait_for_boot(self.docker, worker.name)
         assert state in ("running", "degraded"), f"{worker.name}: systemd is {state!r}"
+        worker.steps["booted"] = time.monotonic() - worker.started
+        # what a user's host pulls from registries
         workload_images.load_images(self.docker, worker.name, self.images)
+        worker.steps["images loaded"] = time.monotonic() - worker.started
 
     def node_ready(self, tenant: str, node: str) -> dict[str, Any] | None:
         found = tenant_stand_in.kubectl(
@@ -189,6 +197,16 @@ class TenantLab:
             self.kubectl(tenant, "apply", "--server-side", "-f", file.name)
 
 
+def tools_archive(cache: Path, reference: str) -> bytes:
+    """The tier's busybox (Debian's busybox-static: sh, mkdir, echo, httpd) under the name
+    labcheck's spec gives its tools image, which a user's worker would pull."""
+    binary = busybox_binary(cache)
+    applets = subprocess.run(
+        [str(binary), "--list"], capture_output=True, text=True, check=True
+    ).stdout.split()
+    return docker_archive(reference, busybox_rootfs(binary.read_bytes(), applets), ())
+
+
 def real_bin(cache: Path) -> Path:
     return cache.parent / REAL_BIN
 
@@ -218,7 +236,9 @@ def tenant_lab(docker: Docker, cache: Path, node_image: str, network: str) -> It
     agent = workload_images.pinned_reference(archives[workload_images.AGENT_IMAGE].read_bytes())
     run = run_program(tier_config(node_image, agent), host=TierHost())
     assert run.named(NETWORK_RESOURCE).inputs["name"] == network
-    lab = TenantLab(docker, cache, real_bin(cache), run, images, agent)
+    spec = json.loads(run.named("validation-labcheck").inputs["environment"]["LABCHECK_SPEC"])
+    images.append(tools_archive(cache, spec["toolsImage"]))
+    lab = TenantLab(docker, cache, real_bin(cache), run, images, agent, spec["toolsImage"])
     _timed(lab, "workload images and the program", started)
     image_id = json.loads(docker.run("image", "inspect", node_image).stdout)[0]["Id"]
     for tenant in TENANTS:
@@ -259,7 +279,10 @@ def tenant_lab(docker: Docker, cache: Path, node_image: str, network: str) -> It
             lab.wait_ready(list(lab.workers.values()))
             _timed(lab, "Nodes Ready after the joins", step)
             for worker in lab.workers.values():
-                lab.timings[f"{worker.name}: container start to Node Ready"] = worker.ready_seconds
+                steps = ", ".join(f"{what} {at:.0f} s" for what, at in worker.steps.items())
+                lab.timings[f"{worker.name}: container start to Node Ready ({steps})"] = (
+                    worker.ready_seconds
+                )
             yield lab
     finally:
         for name in lab.workers:  # as the provider removes them (their /var volume too)

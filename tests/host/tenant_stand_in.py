@@ -9,7 +9,7 @@ that holds the tenant's address on the lab network (a pod's sandbox, and where M
 announce the address). The certificates and kubeconfigs are kubeadm's (`kubeadm init phase
 certs/kubeconfig`, as Kamaji's builders call kubeadm's certs code), and the phases after it are
 the real kubeadm's (`kubeadm init phase ...`) with the configuration Kamaji would build. The
-differences are listed in docs/upstream-facts/tenant-stand-in.md.
+differences are listed in docs/tenant-stand-in.md.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import kamaji_render
+import konnectivity
 import yaml
 from docker_host import Docker
 
@@ -178,11 +179,15 @@ def start(
     image: str,
     bin_dir: Path,
     cache: Path,
+    konnectivity_server: Path | None = None,
 ) -> StandIn:
     """Starts the tenant's control plane on `network` at the TCP's address; ready on return.
 
-    Without Konnectivity (the stand-in runs no Konnectivity server): the API server reaches the
-    kubelets directly on the lab network, as Kamaji renders it for a TCP without the addon.
+    Without `konnectivity_server` (the default) the stand-in runs no Konnectivity server: the
+    API server reaches the kubelets directly on the lab network, as Kamaji renders it for a TCP
+    without the addon. With it (a proxy-server binary, konnectivity.artifacts), a fifth
+    container runs it as Kamaji's pod does, and kube-apiserver gets the egress selector: every
+    request to nodes goes through the agents (konnectivity.apply_agent after run_phases).
     """
     tenant = tcp["metadata"]["name"]
     address = tcp["spec"]["networkProfile"]["address"]
@@ -190,6 +195,11 @@ def start(
     stand_in = StandIn(tenant, address, workdir)
     started = time.monotonic()
     write_files(bin_dir, tcp, workdir)
+    server = None
+    if konnectivity_server is not None:
+        server = konnectivity.write_server_files(
+            bin_dir / "kubeadm", tcp, workdir, konnectivity_server
+        )
     stand_in.timings["certificates and kubeconfigs"] = time.monotonic() - started
     mounts = [
         "-v", f"{bin_dir}:{BIN_MOUNT}:ro",
@@ -202,21 +212,27 @@ def start(
         ),
     ]  # fmt: skip
     sandbox = _container(tenant, "sandbox")
-    remove(docker, [sandbox, *(_container(tenant, p) for p in ("etcd", *PROCESSES))])
+    roles = ("etcd", *PROCESSES, konnectivity.SERVER_CONTAINER)
+    remove(docker, [sandbox, *(_container(tenant, p) for p in roles)])
     docker.run(
         "run", "-d", "--name", sandbox, "--network", network, "--ip", address,
         "--label", LABEL + tenant, "--entrypoint", "sleep", image, "infinity",
     )  # fmt: skip
     stand_in.containers.append(sandbox)
     args = kamaji_render.control_plane_args(
-        tcp, datastore_endpoints=[DATASTORE], konnectivity=False
+        tcp, datastore_endpoints=[DATASTORE], konnectivity=server is not None
     )
+    if server is not None:
+        args[konnectivity.SERVER_CONTAINER] = konnectivity.server_command(tcp)
     for role, command in (("etcd", datastore_args()), *args.items()):
         name = _container(tenant, role)
+        extra = server.docker_options(role) if server is not None else []
+        # the server's command is Kamaji's absolute /proxy-server, bind-mounted there
+        entrypoint = command[0] if command[0].startswith("/") else f"{BIN_MOUNT}/{command[0]}"
         docker.run(
             "run", "-d", "--name", name, "--network", f"container:{sandbox}",
-            "--label", LABEL + tenant, "--tmpfs", "/var/lib/etcd", *mounts,
-            "--entrypoint", f"{BIN_MOUNT}/{command[0]}", image, *command[1:],
+            "--label", LABEL + tenant, "--tmpfs", "/var/lib/etcd", *mounts, *extra,
+            "--entrypoint", entrypoint, image, *command[1:],
         )  # fmt: skip
         stand_in.containers.append(name)
     deadline = time.monotonic() + READY_TIMEOUT_SECONDS

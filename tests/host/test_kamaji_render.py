@@ -338,9 +338,3 @@ def test_kube_proxy_gets_no_cluster_cidr_from_kamaji():
     assert proxy["bindAddress"] == "0.0.0.0"
     assert proxy["clientConnection"] == {"kubeconfig": "/var/lib/kube-proxy/kubeconfig.conf"}
     assert "clusterCIDR" not in proxy
-
-
-def test_differences_are_markdown_ready():
-    items = kr.differences()
-    assert len(items) >= 8
-    assert all(item and "\n" not in item for item in items)

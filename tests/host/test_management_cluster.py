@@ -27,7 +27,7 @@ from footprint_report import FOOTPRINT
 from node_image import BuildPaths
 from program import CreatedNetwork, assert_only_on_the_lab_network
 from test_node_image import mirrored_run, wait_for_boot
-from test_workers import WORKER, create_as_the_provider, leftover
+from test_workers import WORKER, create_as_the_provider, leftover, remove_as_the_provider
 
 from planning import footprint
 from tests.support.docker_readback import container_attributes
@@ -271,11 +271,14 @@ def test_the_footprint_model_covers_the_measured_node_and_worker(
     their cgroups (container_stats.py) against planning/footprint.py's MANAGEMENT and WORKER.
     The figures are printed at the end of the session (docs/scaling.md quotes them)."""
     worker = create_as_the_provider(docker, leave_script.attributes)
-    assert wait_for_boot(docker, worker) == "running"
-    kube_system_pods(tier_cache_dir, kind_cluster.created.stdout)
-    time.sleep(SETTLE_SECONDS)
-    node_cpus, node_mib = stats(docker, kind_cluster.command.node)
-    worker_cpus, worker_mib = stats(docker, worker)
+    try:
+        assert wait_for_boot(docker, worker) == "running"
+        kube_system_pods(tier_cache_dir, kind_cluster.created.stdout)
+        time.sleep(SETTLE_SECONDS)
+        node_cpus, node_mib = stats(docker, kind_cluster.command.node)
+        worker_cpus, worker_mib = stats(docker, worker)
+    finally:
+        remove_as_the_provider(docker, worker)
     request.config.stash[FOOTPRINT] = {
         "management node": (node_cpus, node_mib, footprint.MANAGEMENT),
         "idle worker (not joined)": (worker_cpus, worker_mib, footprint.WORKER),

@@ -31,12 +31,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from images import busybox_binary, busybox_rootfs
-from node_image import docker_archive
 from tenant_lab import TENANTS, TenantLab, worker_names
 from test_labcheck_real import UNKNOWN_THERE
 from test_tenant_agent import wait_registered
-from workload_images import load_images
 
 from labcheck import RUN_ID_LABEL
 from labcheck.checks import ALL_CHECKS
@@ -85,23 +82,12 @@ def command(tenants: TenantLab, report_dir: Path) -> list[str]:
     return argv + [arg for check in SELECTED for arg in ("--only", check)]
 
 
-def tools_archive(tenants: TenantLab, reference: str) -> bytes:
-    """The tier's busybox (Debian's busybox-static: sh, mkdir, echo, httpd) named as the spec
-    names labcheck's tools image, which a user's worker would pull."""
-    binary = busybox_binary(tenants.cache)
-    applets = subprocess.run(
-        [str(binary), "--list"], capture_output=True, text=True, check=True
-    ).stdout.split()
-    return docker_archive(reference, busybox_rootfs(binary.read_bytes(), applets), ())
-
-
 @pytest.fixture(scope="module")
 def prepared(tenants: TenantLab) -> dict[str, Any]:
-    """The tools image in every worker, the agent's cards registered; the spec."""
+    """The agent's cards registered (the tools image is in every worker: tenant_lab.py); the
+    spec."""
     spec = real_spec(tenants)
-    archive = tools_archive(tenants, spec["toolsImage"])
-    for worker in tenants.workers.values():
-        load_images(tenants.docker, worker.name, [archive])
+    assert spec["toolsImage"] == tenants.tools_image
     for tenant in TENANTS:
         tenants.ensure_agent(tenant)
         for node in worker_names(tenant):
