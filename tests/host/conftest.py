@@ -130,6 +130,7 @@ def lab_network(docker: Docker) -> Iterator[CreatedNetwork]:
 TENANT_MODULES = (
     "test_tenant_join.py",
     "test_tenant_labcheck.py",
+    "test_tenant_konnectivity.py",
     "test_tenant_agent.py",
     "test_tenant_lifecycle.py",
 )

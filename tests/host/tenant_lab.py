@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import konnectivity
 import tenant_objects
 import tenant_stand_in
 import workload_images
@@ -238,6 +239,10 @@ def tenant_lab(docker: Docker, cache: Path, node_image: str, network: str) -> It
     assert run.named(NETWORK_RESOURCE).inputs["name"] == network
     spec = json.loads(run.named("validation-labcheck").inputs["environment"]["LABCHECK_SPEC"])
     images.append(tools_archive(cache, spec["toolsImage"]))
+    tcps = {t: as_stored(run.named(f"{t}-control-plane").inputs) for t in TENANTS}
+    proxies = {t: konnectivity.artifacts(cache, tcp) for t, tcp in tcps.items()}
+    for archive in sorted({p.agent_archive for p in proxies.values()}):
+        images.append(archive.read_bytes())
     lab = TenantLab(docker, cache, real_bin(cache), run, images, agent, spec["toolsImage"])
     _timed(lab, "workload images and the program", started)
     image_id = json.loads(docker.run("image", "inspect", node_image).stdout)[0]["Id"]
@@ -248,14 +253,15 @@ def tenant_lab(docker: Docker, cache: Path, node_image: str, network: str) -> It
     busybox = busybox_image(docker, cache)
     try:
         with conntrack_at_target(VERSION) as lab.conntrack:
-            for tenant in TENANTS:
+            for tenant, tcp in tcps.items():
                 step = time.monotonic()
-                tcp = as_stored(run.named(f"{tenant}-control-plane").inputs)
                 lab.stand_ins[tenant] = stand_in = tenant_stand_in.start(
                     docker, tcp=tcp, network=network, image=busybox, bin_dir=lab.bin_dir,
-                    cache=cache,
+                    cache=cache, konnectivity_server=proxies[tenant].server_binary,
                 )  # fmt: skip
                 tenant_stand_in.run_phases(lab.bin_dir, stand_in, tcp)
+                # what Kamaji's Konnectivity addon applies once the API server answers
+                konnectivity.apply_agent(lab.bin_dir / "kubectl", stand_in.admin_path, tcp)
                 _timed(lab, f"{tenant}: control plane and kubeadm phases", step)
             # tenant-b gets flannel before its workers exist, tenant-a after they joined: the
             # first shows a worker's whole way to Ready, the second its Nodes before the CNI

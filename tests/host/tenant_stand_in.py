@@ -63,6 +63,10 @@ class StandIn:
         return (self.workdir / "admin.conf").read_text()
 
     @property
+    def admin_path(self) -> Path:
+        return self.workdir / "admin.conf"
+
+    @property
     def kubeadm_config(self) -> Path:
         return self.workdir / "kubeadm.yaml"
 
