@@ -30,11 +30,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import binaries
 import kamaji_render
 import node_image
 import workload_images
 import yaml
+from node_image import binaries  # tests/real/binaries.py, on the path node_image sets
 
 MODULE = "sigs.k8s.io/apiserver-network-proxy"
 # Kamaji's default tag for a v1.35 tenant is v0.35.0 (image_version), which the Go module proxy

@@ -77,15 +77,3 @@ def assert_only_on_the_lab_network(container: dict[str, Any], network: CreatedNe
     assert address in plan.container_range
     assert not plan.pool_start <= address <= plan.pool_end
     assert networks[network.name]["GlobalIPv6Address"] == ""
-
-
-def as_stored(value: Any) -> Any:
-    """Registered inputs as the API server stores them: the mocks hand every number over as a
-    float (protobuf's), where the program wrote an integer (6443, not 6443.0)."""
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, dict):
-        return {key: as_stored(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [as_stored(item) for item in value]
-    return value

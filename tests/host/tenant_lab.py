@@ -35,7 +35,7 @@ import workload_images
 from docker_host import Docker
 from images import busybox_binary, busybox_image, busybox_rootfs
 from node_image import docker_archive
-from program import NETWORK_RESOURCE, TierHost, as_stored
+from program import NETWORK_RESOURCE, TierHost
 from test_management_cluster import run_script
 from test_node_image import mirrored_config, wait_for_boot
 from test_workers import create_as_the_provider, leftover
@@ -44,7 +44,7 @@ from builders.kubeconfig import checked_kubeconfig
 from preflight.checks import kube_proxy_conntrack_max
 from preflight.host_facts import online_cpus
 from tests.support.docker_readback import container_attributes
-from tests.support.pulumi_harness import ProgramRun, run_program
+from tests.support.pulumi_harness import ProgramRun, integral_numbers, run_program
 
 TENANTS = ("tenant-a", "tenant-b")
 WORKERS_PER_TENANT = 2
@@ -171,7 +171,7 @@ class TenantLab:
             tenant_objects.on_tenant(self.run, tenant), parents=(f"{tenant}-cni",)
         )
         tenant_objects.apply(self.bin_dir / "kubectl", self.kubeconfig(tenant), objects)
-        release = as_stored(self.run.named(f"{tenant}-cni-chart").inputs)
+        release = integral_numbers(self.run.named(f"{tenant}-cni-chart").inputs)
         rendered = workload_images.render_flannel(
             release["values"], release["namespace"], self.cache, release["name"]
         )
@@ -239,7 +239,7 @@ def tenant_lab(docker: Docker, cache: Path, node_image: str, network: str) -> It
     assert run.named(NETWORK_RESOURCE).inputs["name"] == network
     spec = json.loads(run.named("validation-labcheck").inputs["environment"]["LABCHECK_SPEC"])
     images.append(tools_archive(cache, spec["toolsImage"]))
-    tcps = {t: as_stored(run.named(f"{t}-control-plane").inputs) for t in TENANTS}
+    tcps = {t: integral_numbers(run.named(f"{t}-control-plane").inputs) for t in TENANTS}
     proxies = {t: konnectivity.artifacts(cache, tcp) for t, tcp in tcps.items()}
     for archive in sorted({p.agent_archive for p in proxies.values()}):
         images.append(archive.read_bytes())

@@ -2,9 +2,9 @@
 
 pulumi-kubernetes sends a resource's inputs to the API server as the object (its type token
 names the group, version and kind); here the same inputs go through `kubectl apply
---server-side`, in the order the program registered them. Numbers are made integers where
-the program wrote integers (as_stored). Helm releases are not objects: the chart's rendering
-goes through `helm` (workload_images.py renders flannel's).
+--server-side`, in the order the program registered them (pulumi_harness.kubernetes_object).
+Helm releases are not objects: the chart's rendering goes through `helm` (workload_images.py
+renders flannel's).
 """
 
 from __future__ import annotations
@@ -16,9 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from program import as_stored
-
-from tests.support.pulumi_harness import ProgramRun, Registration
+from tests.support.pulumi_harness import ProgramRun, Registration, kubernetes_object
 
 KUBERNETES = "kubernetes:"
 RELEASE = "kubernetes:helm.sh/v3:Release"
@@ -34,19 +32,10 @@ def on_tenant(run: ProgramRun, tenant: str) -> list[Registration]:
     ]
 
 
-def manifest(registration: Registration) -> dict[str, Any]:
-    """The object pulumi-kubernetes would send: apiVersion and kind from the type token."""
-    group_version, kind = registration.type.removeprefix(KUBERNETES).split(":")
-    group, version = group_version.split("/")
-    api_version = version if group == "core" else f"{group}/{version}"
-    body = as_stored(registration.inputs)
-    return {**body, "apiVersion": api_version, "kind": kind}
-
-
 def objects(registrations: Iterable[Registration], *, parents: tuple[str, ...]) -> list[dict]:
     """Manifests of the registrations whose component (parent URN) ends with one of `parents`."""
     return [
-        manifest(r)
+        kubernetes_object(r)
         for r in registrations
         if r.type != RELEASE and r.parent.rsplit("::", 1)[-1] in parents
     ]

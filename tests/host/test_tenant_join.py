@@ -12,11 +12,12 @@ import pytest
 import yaml
 from container_stats import stats
 from footprint_report import FOOTPRINT
-from program import as_stored, lab_plan
+from program import lab_plan
 from tenant_lab import TENANTS, TenantLab, pod_manifest, run_pod, wait_pod, worker_names
 
 from builders.control_plane import dns_service_ip
 from planning import footprint
+from tests.support.pulumi_harness import integral_numbers
 
 # What every kubelet adds to its Node by itself (pkg/kubelet/kubelet_node_status.go).
 KUBELET_OWN_LABELS = {
@@ -29,7 +30,7 @@ KUBELET_OWN_LABELS = {
 
 
 def tcp_spec(tenants: TenantLab, tenant: str) -> dict:
-    return as_stored(tenants.run.named(f"{tenant}-control-plane").inputs)["spec"]
+    return integral_numbers(tenants.run.named(f"{tenant}-control-plane").inputs)["spec"]
 
 
 @pytest.mark.parametrize("tenant", TENANTS)

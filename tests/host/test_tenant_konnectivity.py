@@ -16,8 +16,10 @@ import kamaji_render as kr
 import konnectivity as kn
 import pytest
 import tenant_stand_in
-from program import as_stored, lab_plan
+from program import lab_plan
 from tenant_lab import TENANTS, TenantLab, worker_names
+
+from tests.support.pulumi_harness import integral_numbers
 
 WEBHOOK = "tunnel-probe"
 
@@ -138,7 +140,7 @@ def test_without_agents_tenant_b_reaches_no_pod_and_tenant_a_is_untouched(
             assert kn.TUNNEL_DOWN in found.stderr, found.stderr
         assert kn.admit(tenant_a, "allow-2").returncode == 0
     finally:
-        tcp = as_stored(tenants.run.named("tenant-b-control-plane").inputs)
+        tcp = integral_numbers(tenants.run.named("tenant-b-control-plane").inputs)
         kn.apply_agent(tenants.bin_dir / "kubectl", tcp_b.workdir / "admin.conf", tcp)
     kn.wait_for(
         "agents back", lambda: kn.ready_agents(tenant_b) == sorted(worker_names("tenant-b"))

@@ -39,7 +39,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import binaries
 import node_image
 import yaml
 from docker_host import SESSION_ENV, Docker, tier_cache
@@ -51,6 +50,7 @@ from node_image import (
     _run,
     _tar_add,
     add_packages,
+    binaries,  # tests/real/binaries.py, on the path node_image sets
     debian_rootfs,
     docker_archive,
     go_env,

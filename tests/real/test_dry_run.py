@@ -16,7 +16,13 @@ from typing import Any
 
 import pytest
 
-from tests.support.pulumi_harness import FAKE_KUBECONFIG, Registration, run_program, stack_config
+from tests.support.pulumi_harness import (
+    FAKE_KUBECONFIG,
+    Registration,
+    kubernetes_object,
+    run_program,
+    stack_config,
+)
 
 STACKS = ("lab", "nvml", "gpu")
 # The gpu stack's two secrets, set as Pulumi.gpu.yaml tells the user to.
@@ -67,30 +73,6 @@ def is_kubernetes_declaration(registration: Registration) -> bool:
 
 def is_built_in_declaration(registration: Registration) -> bool:
     return is_kubernetes_declaration(registration) and api_group(registration) in BUILT_IN_GROUPS
-
-
-def as_manifest(registration: Registration) -> dict[str, Any]:
-    """The object as the provider sends it: the inputs, with kind and apiVersion of the type.
-
-    Numbers cross Pulumi's protobuf Struct as doubles; the provider sends integral ones as
-    integers (Go's JSON encoding of the float64 1 is `1`), which is what the API server decodes.
-    """
-    kind = registration.type.rsplit(":", 1)[1].removesuffix("Patch")
-    group_version = registration.type.split(":")[1]
-    manifest = _integral_numbers(registration.inputs)
-    manifest["kind"] = kind
-    manifest["apiVersion"] = group_version.removeprefix("core/")
-    return manifest
-
-
-def _integral_numbers(value: Any) -> Any:
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, dict):
-        return {key: _integral_numbers(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_integral_numbers(item) for item in value]
-    return value
 
 
 def by_provider(registrations: list[Registration]) -> dict[str, list[Registration]]:
@@ -152,7 +134,7 @@ def test_every_built_in_object_passes_a_server_side_dry_run(stack, api_server):
     groups = by_provider(declared)
     assert groups, f"{stack}: no built-in objects rendered"
     for provider, registrations in groups.items():
-        manifests = [as_manifest(r) for r in registrations]
+        manifests = [kubernetes_object(r) for r in registrations]
         prepare_cluster(api_server, manifests)
         result = api_server.kubectl(
             "apply", "--server-side", "--dry-run=server", f"--field-manager={FIELD_MANAGER}",

@@ -516,3 +516,27 @@ def stack_config(stack: str) -> dict[str, Any]:
 
 def lab_stack_config() -> dict[str, Any]:
     return stack_config("lab")
+
+
+def integral_numbers(value: Any) -> Any:
+    """Registered inputs as a provider sends them: numbers cross Pulumi's protobuf Struct as
+    doubles, and the provider sends integral ones as integers (Go's JSON encoding of the
+    float64 6443 is `6443`), which is what the API server decodes and stores."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {key: integral_numbers(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [integral_numbers(item) for item in value]
+    return value
+
+
+def kubernetes_object(registration: Registration) -> dict[str, Any]:
+    """What pulumi-kubernetes sends for a registration: its inputs, with integral numbers, and
+    the kind and apiVersion of its type token (`kubernetes:apps/v1:Deployment`)."""
+    kind = registration.type.rsplit(":", 1)[1].removesuffix("Patch")
+    group_version = registration.type.split(":")[1]
+    manifest = integral_numbers(registration.inputs)
+    manifest["kind"] = kind
+    manifest["apiVersion"] = group_version.removeprefix("core/")
+    return manifest
