@@ -188,12 +188,16 @@ def test_the_time_to_ready_and_an_idle_joined_worker_are_measured(
     tenants: TenantLab, request: pytest.FixtureRequest
 ):
     """Container start to Node Ready for each worker (tenant-b's had flannel waiting; tenant-a's
-    waited for it), and a joined worker's memory (kubelet, kube-proxy, flannel; CoreDNS on
-    some) against planning/footprint.py's WORKER."""
+    waited for it), and a joined worker's memory (kubelet, kube-proxy, flannel, Konnectivity
+    agent; CoreDNS on some) against planning/footprint.py's WORKER."""
     seconds = {w.name: w.ready_seconds for w in tenants.workers.values()}
     assert all(s is not None and s < 180 for s in seconds.values()), seconds
     cpus, mib = stats(tenants.docker, worker_names("tenant-b")[1])
     measured = request.config.stash.get(FOOTPRINT, {})
-    measured["joined worker (kubelet, kube-proxy, flannel)"] = (cpus, mib, footprint.WORKER)
+    measured["joined worker (kubelet, kube-proxy, flannel, Konnectivity agent)"] = (
+        cpus,
+        mib,
+        footprint.WORKER,
+    )
     request.config.stash[FOOTPRINT] = measured
     assert 0 < mib < footprint.WORKER.memory_mb and cpus < footprint.WORKER.cpus
