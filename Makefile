@@ -87,7 +87,7 @@ test-real: $(VENV)/.installed
 # Against a real Docker Engine (tests/host): the daemon that answers, or Debian's docker.io
 # installed and started by the tier under ${XDG_CACHE_HOME:-~/.cache}/kamaji-hami-lab/host,
 # stopped by PID at the end; a kind node image built here (Debian packages, Go modules with the
-# real tier's caches). Needs root (apt, dockerd): ~13 min the first time, then ~2.5 min.
+# real tier's caches). Needs root (apt, dockerd): ~28 min the first time, then ~11 min.
 test-host: $(VENV)/.installed
 	$(PY) -m pytest tests/host
 
