@@ -24,6 +24,7 @@ import textwrap
 from dataclasses import dataclass
 from typing import Any
 
+import jsonpatch
 import yaml
 
 KAMAJI_TAG = "26.8.2-edge"
@@ -544,50 +545,13 @@ def kube_proxy_configuration(tcp: dict[str, Any]) -> dict:
     }
 
 
-# --- RFC 6902, as github.com/evanphx/json-patch/v5 applies it (add, replace, remove) -----------
-
-
-def _pointer(path: str) -> list[str]:
-    if not path.startswith("/"):
-        raise ValueError(f"JSON pointer {path!r} must start with /")
-    return [part.replace("~1", "/").replace("~0", "~") for part in path[1:].split("/")]
-
-
-def _parent(document: Any, parts: list[str]) -> Any:
-    node = document
-    for part in parts[:-1]:
-        node = node[int(part)] if isinstance(node, list) else node[part]
-    return node
+# --- RFC 6902, as github.com/evanphx/json-patch/v5 applies it ----------------------------------
 
 
 def apply_json_patch(document: dict[str, Any], patch: list[dict[str, Any]]) -> dict[str, Any]:
-    out = copy.deepcopy(document)
-    for operation in patch:
-        op, parts = operation["op"], _pointer(operation["path"])
-        parent, key = _parent(out, parts), parts[-1]
-        if isinstance(parent, list):
-            index = len(parent) if key == "-" else int(key)
-            if op == "add":
-                parent.insert(index, copy.deepcopy(operation["value"]))
-            elif op == "replace":
-                parent[index] = copy.deepcopy(operation["value"])
-            elif op == "remove":
-                del parent[index]
-            else:
-                raise NotImplementedError(f"JSON patch op {op!r}")
-            continue
-        if op == "add":  # adds or replaces an object member
-            parent[key] = copy.deepcopy(operation["value"])
-        elif op in ("replace", "remove"):
-            if key not in parent:  # evanphx: "replace operation does not apply: doc is missing key"
-                raise KeyError(f"{op} {operation['path']}: missing key")
-            if op == "replace":
-                parent[key] = copy.deepcopy(operation["value"])
-            else:
-                del parent[key]
-        else:
-            raise NotImplementedError(f"JSON patch op {op!r}")
-    return out
+    """The patched copy (`jsonpatch`, RFC 6902 like evanphx's): an `add` replaces an object
+    member, a `replace` or `remove` of a missing key fails."""
+    return jsonpatch.apply_patch(document, patch)
 
 
 # --- the kubelet-config ConfigMap --------------------------------------------------------------
