@@ -66,6 +66,12 @@ def busybox_rootfs(binary: bytes, applets: list[str]) -> bytes:
     return buffer.getvalue()
 
 
+def busybox_applets(binary: Path) -> list[str]:
+    """The applets the binary has (`busybox --list`): one symlink each in the root file system."""
+    found = subprocess.run([str(binary), "--list"], capture_output=True, text=True, check=True)
+    return found.stdout.split()
+
+
 def busybox_image(docker: Docker, cache: Path) -> str:
     """The tag of the busybox image, imported once per binary and layout."""
     binary = busybox_binary(cache)
@@ -74,8 +80,6 @@ def busybox_image(docker: Docker, cache: Path) -> str:
     tag = f"kamaji-hami-lab-host/busybox:{key}"
     if docker.run("image", "inspect", tag, check=False).returncode == 0:
         return tag
-    applets = subprocess.run(
-        [str(binary), "--list"], capture_output=True, text=True, check=True
-    ).stdout.split()
-    docker.run("import", "--change", 'CMD ["sh"]', "-", tag, input=busybox_rootfs(content, applets))
+    rootfs = busybox_rootfs(content, busybox_applets(binary))
+    docker.run("import", "--change", 'CMD ["sh"]', "-", tag, input=rootfs)
     return tag

@@ -20,7 +20,6 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -32,9 +31,9 @@ import konnectivity
 import tenant_objects
 import tenant_stand_in
 import workload_images
-from docker_host import Docker
-from images import busybox_binary, busybox_image, busybox_rootfs
-from node_image import docker_archive
+from docker_host import SESSION_ENV, Docker
+from images import busybox_applets, busybox_binary, busybox_image, busybox_rootfs
+from node_image import binaries, docker_archive
 from program import NETWORK_RESOURCE, TierHost
 from test_management_cluster import run_script
 from test_node_image import mirrored_config, wait_for_boot
@@ -51,7 +50,6 @@ WORKERS_PER_TENANT = 2
 VERSION = "v1.35.4"
 READY_TIMEOUT_SECONDS = 240
 CONNTRACK_MAX = Path("/proc/sys/net/netfilter/nf_conntrack_max")
-REAL_BIN = Path("real") / "bin"  # under the cache root, beside the host tier's directory
 
 
 def tier_config(node_image: str, agent_image: str) -> dict[str, Any]:
@@ -105,9 +103,9 @@ class TenantLab:
             self.stand_ins[tenant].admin_kubeconfig, f"{tenant}/{tenant}-admin-kubeconfig"
         )
 
-    def kubectl(self, tenant: str, *args: str, check: bool = True) -> str:
+    def kubectl(self, tenant: str, *args: str, check: bool = True, input: str | None = None) -> str:
         found = tenant_stand_in.kubectl(
-            self.bin_dir, self.stand_ins[tenant].workdir / "admin.conf", *args
+            self.bin_dir, self.stand_ins[tenant].admin_path, *args, input=input
         )
         if check and found.returncode != 0:
             raise AssertionError(f"kubectl {' '.join(args)}: {found.stderr}")
@@ -170,7 +168,7 @@ class TenantLab:
         objects = tenant_objects.objects(
             tenant_objects.on_tenant(self.run, tenant), parents=(f"{tenant}-cni",)
         )
-        tenant_objects.apply(self.bin_dir / "kubectl", self.kubeconfig(tenant), objects)
+        self.apply_objects(tenant, objects)
         release = integral_numbers(self.run.named(f"{tenant}-cni-chart").inputs)
         rendered = workload_images.render_flannel(
             release["values"], release["namespace"], self.cache, release["name"]
@@ -184,32 +182,29 @@ class TenantLab:
             tenant_objects.on_tenant(self.run, tenant), parents=(f"{tenant}-simulated-gpus",)
         )
         assert objects, f"the program declares no agent objects in {tenant}"
-        tenant_objects.apply(self.bin_dir / "kubectl", self.kubeconfig(tenant), objects)
+        self.apply_objects(tenant, objects)
 
     def ensure_agent(self, tenant: str) -> None:
         if tenant not in self.agents:
             self.apply_agent(tenant)
             self.agents.add(tenant)
 
-    def kubectl_apply(self, tenant: str, manifests: str) -> None:
-        with tempfile.NamedTemporaryFile("w", suffix=".yaml") as file:
-            file.write(manifests)
-            file.flush()
-            self.kubectl(tenant, "apply", "--server-side", "-f", file.name)
+    def kubectl_apply(self, tenant: str, manifests: str, *manager: str) -> None:
+        """`kubectl apply --server-side` of YAML or JSON on stdin."""
+        self.kubectl(tenant, "apply", "--server-side", *manager, "-f", "-", input=manifests)
+
+    def apply_objects(self, tenant: str, items: list[dict[str, Any]]) -> None:
+        """The program's objects, as one List under pulumi-kubernetes' field manager."""
+        document = json.dumps({"apiVersion": "v1", "kind": "List", "items": items})
+        self.kubectl_apply(tenant, document, "--field-manager=pulumi-kubernetes")
 
 
 def tools_archive(cache: Path, reference: str) -> bytes:
     """The tier's busybox (Debian's busybox-static: sh, mkdir, echo, httpd) under the name
     labcheck's spec gives its tools image, which a user's worker would pull."""
     binary = busybox_binary(cache)
-    applets = subprocess.run(
-        [str(binary), "--list"], capture_output=True, text=True, check=True
-    ).stdout.split()
-    return docker_archive(reference, busybox_rootfs(binary.read_bytes(), applets), ())
-
-
-def real_bin(cache: Path) -> Path:
-    return cache.parent / REAL_BIN
+    rootfs = busybox_rootfs(binary.read_bytes(), busybox_applets(binary))
+    return docker_archive(reference, rootfs, ())
 
 
 @contextmanager
@@ -243,7 +238,8 @@ def tenant_lab(docker: Docker, cache: Path, node_image: str, network: str) -> It
     proxies = {t: konnectivity.artifacts(cache, tcp) for t, tcp in tcps.items()}
     for archive in sorted({p.agent_archive for p in proxies.values()}):
         images.append(archive.read_bytes())
-    lab = TenantLab(docker, cache, real_bin(cache), run, images, agent, spec["toolsImage"])
+    real_bin = binaries.cache_root(SESSION_ENV) / "bin"  # the real tier's builds
+    lab = TenantLab(docker, cache, real_bin, run, images, agent, spec["toolsImage"])
     _timed(lab, "workload images and the program", started)
     image_id = json.loads(docker.run("image", "inspect", node_image).stdout)[0]["Id"]
     for tenant in TENANTS:

@@ -325,14 +325,3 @@ def kubectl(
         timeout=60,
         check=False,
     )
-
-
-def kubectl_json(bin_dir: Path, kubeconfig: Path, *args: str) -> Any:
-    found = subprocess.run(
-        [str(bin_dir / "kubectl"), f"--kubeconfig={kubeconfig}", *args, "-o", "json"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    return json.loads(_checked(found, "kubectl " + " ".join(args)))
