@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ast
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -32,6 +31,7 @@ from tests.support.pulumi_harness import (
     prepared_chart_cache,
     run_program,
 )
+from tests.support.tools import require_tool
 
 LAB = lab_stack_config()
 PROGRAM = ("labconfig", "planning", "builders", "components")
@@ -155,10 +155,11 @@ def test_the_trap_records_every_client_and_what_it_asked(host_trap: HostTrap):
 
 
 @pytest.mark.upstream("docker-cli-docker-host-wins")
-@pytest.mark.skipif(shutil.which("docker") is None, reason="no docker CLI on PATH")
 def test_the_docker_cli_lands_in_the_trap(host_trap: HostTrap):
     """The real CLI, whatever its contexts say, asks DOCKER_HOST: the trap."""
-    done = subprocess.run(["docker", "version"], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [require_tool("docker"), "version"], capture_output=True, text=True, timeout=60
+    )
     assert done.returncode != 0
     touched = host_trap.take()
     assert any(t.startswith(f"Docker (DOCKER_HOST={host_trap.docker_host}): ") for t in touched)
@@ -166,10 +167,9 @@ def test_the_docker_cli_lands_in_the_trap(host_trap: HostTrap):
 
 
 @pytest.mark.upstream("client-go-kubeconfig-from-env-then-home")
-@pytest.mark.skipif(shutil.which("kubectl") is None, reason="no kubectl on PATH")
 def test_kubectl_lands_in_the_trap_with_or_without_kubeconfig(host_trap: HostTrap):
     """client-go reads KUBECONFIG when set, else $HOME/.kube/config: the trap either way."""
-    version = ["kubectl", "version", "--request-timeout=5s"]
+    version = [require_tool("kubectl"), "version", "--request-timeout=5s"]
     assert subprocess.run(version, capture_output=True, timeout=60).returncode != 0
     touched = "\n".join(host_trap.take())
     assert f"$KUBECONFIG ({host_trap.kubeconfig}): opened" in touched

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import subprocess
 import tomllib
 
 from tests.support.pulumi_harness import PROJECT_DIR
@@ -27,9 +28,24 @@ def test_readme_starts_with_bring_up_and_the_three_test_commands():
     assert {"up", "test", "test-real", "test-host", "destroy", "preview", "check"} <= make_targets()
 
 
-def test_ci_runs_the_readme_test_commands_last_in_order():
+def test_ci_runs_the_readme_test_commands_last_in_order_each_timed():
     ci = (PROJECT_DIR / ".ci/run").read_text().splitlines()
-    assert ci[-3:] == readme_commands()[1:]
+    assert [line.removeprefix("timed ") for line in ci[-3:]] == readme_commands()[1:]
+    assert all(line.startswith("timed ") for line in ci[-3:])
+
+
+def test_ci_prints_each_tiers_wall_time_and_keeps_its_exit_status(tmp_path):
+    """`timed` as .ci/run defines it, run by bash on a passing and a failing command."""
+    ci = (PROJECT_DIR / ".ci/run").read_text()
+    function = re.search(r"^timed\(\) \{\n.*?^\}\n", ci, re.S | re.M)
+    assert function, "no timed() in .ci/run"
+    script = f"set -euo pipefail\n{function.group(0)}timed true\ntimed sh -c 'exit 3'\necho after"
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=False)
+    assert done.returncode == 3
+    assert done.stdout.splitlines() == [
+        "== true: 0 min 00 s (exit 0)",
+        "== sh -c exit 3: 0 min 00 s (exit 3)",
+    ]
 
 
 def test_make_test_leaves_the_real_and_host_tiers_out_and_their_targets_run_them():

@@ -25,10 +25,13 @@ import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import diagnostics
 import pytest
 from docker_host import SESSION_ENV, Docker, start_docker, tier_cache
 from footprint_report import FOOTPRINT, footprint_lines
+from host_cgroups import make_like_systemd
 from images import busybox_image
 from node_image import Timings, build_node_image, publish
 from program import NETWORK_RESOURCE, CreatedNetwork, declared, lab_run
@@ -41,6 +44,12 @@ from tests.support.docker_readback import (
 )
 
 TIMINGS: dict[str, float] = {}
+# What the tier changed on the host to make it like a user's, shown at the end of the session.
+HOST_CHANGES: list[str] = []
+# The session's daemon and its log once the `docker` fixture runs: what a failure report reads.
+ACTIVE: dict[str, Any] = {}
+# Full reports per session: a broken session fixture fails every test that uses it alike.
+DIAGNOSED_AT_MOST = 3
 
 
 @pytest.fixture(scope="session")
@@ -58,13 +67,16 @@ def tier_cache_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def docker() -> Iterator[Docker]:
+    HOST_CHANGES.extend(make_like_systemd())  # before any dockerd: docker reads the mounts
     docker, daemon = start_docker(SESSION_ENV, SESSION_ENV.get("LAB_HOST_DOCKER", "auto"))
     TIMINGS.update(docker.timings)
+    ACTIVE.update(docker=docker, log=daemon.paths.log if daemon else None, diagnosed=0)
     try:
         with pytest.MonkeyPatch.context() as patch:
             patch.setenv("DOCKER_HOST", docker.host)
             yield docker
     finally:
+        ACTIVE.clear()
         if daemon is not None:
             started = time.monotonic()
             daemon.stop()
@@ -146,11 +158,32 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=order)
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failed test that used the daemon carries the containers' state in its report
+    (diagnostics.py): the kubelets' journals, failed units, the containers' and dockerd's logs."""
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()  # type: ignore[attr-defined]
+    docker = ACTIVE.get("docker")
+    if not report.failed or docker is None or "docker" not in getattr(item, "fixturenames", ()):
+        return
+    ACTIVE["diagnosed"] += 1
+    if ACTIVE["diagnosed"] > DIAGNOSED_AT_MOST:
+        text = f"(shown for the first {DIAGNOSED_AT_MOST} failures of the session only)"
+    else:
+        text = diagnostics.report(docker, ACTIVE["log"])
+    report.sections.append(("host diagnostics", text))
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     measured = terminalreporter.config.stash.get(FOOTPRINT, None)
     if measured:
         terminalreporter.section("host tier footprint (cgroups: CPU over 6 s, memory as docker)")
         for line in footprint_lines(measured):
+            terminalreporter.write_line(line)
+    if HOST_CHANGES:
+        terminalreporter.section("host tier: the host made like a user's systemd host")
+        for line in HOST_CHANGES:
             terminalreporter.write_line(line)
     if TIMINGS:
         terminalreporter.section("host tier timings")

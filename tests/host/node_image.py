@@ -179,26 +179,6 @@ if (( (0x$bounding >> 24 & 1) == 0 )); then
     /etc/containerd/config.toml
 fi
 """
-# The kubelet (cgroup v1) validates its cgroupRoot in cpu, cpuacct, cpuset, memory, pids,
-# systemd and, when mounted, hugetlb. kind's entrypoint makes /kubelet and /kubelet.slice in the
-# controllers mounted when the container starts; a host that mounts no hugetlb hierarchy (this
-# one) leaves it to the node's systemd, which mounts it later, at the hierarchy's root that every
-# container shares, and removes kubelet.slice there when one node stops. Made again before each
-# kubelet start, or the kubelet exits: `cgroup ["kubelet"] has some missing paths`.
-KUBELET_CGROUP_SCRIPT = """\
-#!/bin/bash
-set -euo pipefail
-[[ -f /sys/fs/cgroup/cgroup.controllers ]] && exit 0  # cgroup v2: kind's own script
-for controller in cpu cpuacct cpuset memory pids systemd hugetlb; do
-  mount=/sys/fs/cgroup/$controller
-  [[ -d $mount && ! -L $mount ]] || continue
-  mkdir -p "$mount/kubelet" "$mount/kubelet.slice"
-done
-"""
-KUBELET_DROP_IN = """\
-[Service]
-ExecStartPre=/kind/bin/create-kubelet-cgroup-v1.sh
-"""
 CONTAINERD_DROP_IN = """\
 [Service]
 ExecStartPre=/kind/bin/restrict-oom-score-adj.sh
@@ -725,11 +705,6 @@ def apply_node_layout(
     drop_ins = root / "etc/systemd/system/containerd.service.d"
     drop_ins.mkdir(parents=True, exist_ok=True)
     (drop_ins / "10-host-tier.conf").write_text(CONTAINERD_DROP_IN)
-    (root / "kind/bin/create-kubelet-cgroup-v1.sh").write_text(KUBELET_CGROUP_SCRIPT)
-    (root / "kind/bin/create-kubelet-cgroup-v1.sh").chmod(0o755)
-    kubelet_drop_ins = root / "etc/systemd/system/kubelet.service.d"
-    kubelet_drop_ins.mkdir(parents=True, exist_ok=True)
-    (kubelet_drop_ins / "20-host-tier-cgroup-v1.conf").write_text(KUBELET_DROP_IN)
     unit = root / "etc/systemd/system/kind-import-images.service"
     unit.write_text(IMPORT_SERVICE)
     _symlink(

@@ -163,6 +163,38 @@ class TenantLab:
                 raise AssertionError(f"not Ready in {READY_TIMEOUT_SECONDS}s: {pending}")
             time.sleep(1)
 
+    def wait_dns(self, tenant: str) -> None:
+        """Every CoreDNS replica of Kamaji's DNS addon ready and behind the kube-dns Service:
+        CoreDNS pods are placed only once Nodes are Ready, so a pod resolving names right
+        after the joins can meet none (seen under load: "Temporary failure in name
+        resolution")."""
+        rollout = tenant_stand_in.kubectl(
+            self.bin_dir, self.stand_ins[tenant].admin_path,
+            "rollout", "status", "deployment/coredns", "-n", "kube-system",
+            f"--timeout={READY_TIMEOUT_SECONDS}s",
+        )  # fmt: skip
+        if rollout.returncode != 0:
+            pods = self.kubectl(tenant, "get", "pods", "-n", "kube-system", "-o", "wide")
+            raise AssertionError(f"{tenant}: CoreDNS not ready: {rollout.stderr}\n{pods}")
+        deadline = time.monotonic() + READY_TIMEOUT_SECONDS
+        while not self.dns_endpoints(tenant):
+            assert time.monotonic() < deadline, f"{tenant}: kube-dns has no ready endpoint"
+            time.sleep(1)
+
+    def dns_endpoints(self, tenant: str) -> list[str]:
+        """The ready addresses behind the kube-dns Service (its EndpointSlices)."""
+        slices = self.get(
+            tenant, "endpointslices", "-n", "kube-system",
+            "-l", "kubernetes.io/service-name=kube-dns",
+        )["items"]  # fmt: skip
+        return [
+            address
+            for found in slices
+            for endpoint in found.get("endpoints") or []
+            if (endpoint.get("conditions") or {}).get("ready")
+            for address in endpoint["addresses"]
+        ]
+
     def apply_flannel(self, tenant: str) -> None:
         """The program's Flannel component: its namespace, then its chart with its values."""
         objects = tenant_objects.objects(
@@ -280,6 +312,10 @@ def tenant_lab(docker: Docker, cache: Path, node_image: str, network: str) -> It
             step = time.monotonic()
             lab.wait_ready(list(lab.workers.values()))
             _timed(lab, "Nodes Ready after the joins", step)
+            step = time.monotonic()
+            for tenant in TENANTS:
+                lab.wait_dns(tenant)
+            _timed(lab, "CoreDNS ready behind kube-dns", step)
             for worker in lab.workers.values():
                 steps = ", ".join(f"{what} {at:.0f} s" for what, at in worker.steps.items())
                 lab.timings[f"{worker.name}: container start to Node Ready ({steps})"] = (

@@ -79,7 +79,7 @@ def restored() -> Iterator[None]:
 def test_kube_proxy_exits_when_the_host_differs_from_its_target(
     worker: Worker, target: int, evidence_dir: Path, restored, factor: float
 ):
-    """262144 (this host's default, 2 x the 2-CPU target) or half the target: kube-proxy
+    """Twice the target (the kernel's 262144 on a 2-CPU host) or half of it: kube-proxy
     tries to write its target into the worker's netns, is refused, and exits before it writes
     any Service rule. The preflight fails such a host."""
     hashsize = HostConntrack.read().hashsize

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import diagnostics
 import pytest
 import yaml
 from docker_host import Docker
@@ -191,9 +192,9 @@ def wait_for_boot(docker: Docker, container: str) -> str:
 def test_every_cgroup_v1_hierarchy_the_kubelet_validates_has_its_root(
     docker: Docker, booted_worker
 ):
-    """Before each kubelet start (an unjoined node's kubelet restarts every few seconds), the
-    node's kubelet cgroup root is there in every hierarchy the kubelet checks, hugetlb included
-    when the node mounts it."""
+    """kind's entrypoint made the kubelet's cgroup root in every hierarchy the kubelet checks,
+    hugetlb included, and it is still there after the unconfigured kubelet restarted: each
+    hierarchy is the node's own (the host mounts them all: host_cgroups.py)."""
     _, container = booted_worker
     assert wait_for_boot(docker, container) == "running"
     time.sleep(3)  # one restart of the unconfigured kubelet at least
@@ -257,3 +258,18 @@ def test_the_kube_proxy_images_iptables_follows_the_kubelets_mode(
         [str(wrapper), "--noflush", "-w", "5"], env=env, capture_output=True, text=True
     )
     assert ran.stdout.strip() == f"{chosen} iptables-restore --noflush -w 5", ran.stderr
+
+
+def test_a_failure_report_shows_the_nodes_kubelet_journal_units_and_output(
+    docker: Docker, booted_worker
+):
+    """What diagnostics.py adds to a failed test's report, read from a booted node whose
+    kubelet has no config yet (it exits and systemd restarts it)."""
+    _, container = booted_worker
+    assert wait_for_boot(docker, container) == "running"
+    text = diagnostics.report(docker, None)
+    journal = text.split(f"=== {container}: kubelet journal")[1].split("===")[0]
+    assert "kubelet" in journal and "(nothing)" not in journal, journal
+    assert f"=== {container}: failed systemd units" in text
+    output = text.split(f"=== {container}: container output")[1].split("===")[0]
+    assert "INFO:" in output or "systemd" in output, output  # kind's entrypoint, then systemd

@@ -11,7 +11,11 @@ HAMi itself cannot run here: what needs it stays with tests/real and the hermeti
 from __future__ import annotations
 
 import json
+import subprocess
+import threading
 import time
+from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -22,6 +26,8 @@ REGISTER = "hami.io/node-nvidia-register"
 GPU = "nvidia.com/gpu"
 KUBELET_RESOURCES = ("cpu", "memory", "pods", "ephemeral-storage")
 CONVERGE_SECONDS = 120
+# The device manager's checkpoint; without it the kubelet takes the Node for re-created.
+DEVICE_PLUGIN_CHECKPOINT = "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"
 
 
 def agent_config(tenants: TenantLab, tenant: str) -> dict[str, Any]:
@@ -125,23 +131,149 @@ def test_the_registration_survives_the_kubelets_heartbeats(
         assert_kubelet_capacity(tenants, tenant, node)
 
 
-def test_a_kubelet_restart_is_repaired_and_keeps_the_kubelets_capacity(
+class NodeWatch:
+    """`kubectl get node --watch` from before a disruption: every version of the Node the API
+    server hands out after it, as (resourceVersion, nvidia.com/gpu capacity, allocatable)."""
+
+    TEMPLATE = (
+        "{.metadata.resourceVersion} {.status.capacity.nvidia\\.com/gpu}"
+        ' {.status.allocatable.nvidia\\.com/gpu}{"\\n"}'
+    )
+
+    def __init__(self, tenants: TenantLab, tenant: str, node: str) -> None:
+        argv = [
+            str(tenants.bin_dir / "kubectl"),
+            f"--kubeconfig={tenants.stand_ins[tenant].admin_path}",
+            "get", "node", node, "--watch", "-o", f"jsonpath={self.TEMPLATE}",
+        ]  # fmt: skip
+        self.process = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+        self.versions: list[tuple[str, str, str]] = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+        self._wait_for(lambda: bool(self.versions), "the watch's first event")
+        self.first = self.versions[0]  # the Node as it was before the disruption
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            fields = [*line.split(), "", "", ""][:3]
+            self.versions.append((fields[0], fields[1], fields[2]))
+
+    def _wait_for(self, ready: Callable[[], bool], what: str) -> None:
+        deadline = time.monotonic() + CONVERGE_SECONDS
+        while not ready():
+            assert time.monotonic() < deadline, f"no {what} in {CONVERGE_SECONDS}s: {self.versions}"
+            time.sleep(0.2)
+
+    def zeroed_then_back(self, gpus: str) -> tuple[int, int]:
+        """Waits until a version after the first has nvidia.com/gpu at 0 and a later one at
+        `gpus` again; their indices."""
+
+        def found() -> tuple[int, int] | None:
+            later = self.versions[1:]
+            zero = next((i for i, v in enumerate(later, 1) if v[1:] == ("0", "0")), None)
+            if zero is None:
+                return None
+            back = next(
+                (i for i, v in enumerate(later[zero:], zero + 1) if v[1:] == (gpus, gpus)), None
+            )
+            return (zero, back) if back is not None else None
+
+        self._wait_for(lambda: found() is not None, f"nvidia.com/gpu 0 and then {gpus}")
+        result = found()
+        assert result is not None
+        return result
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=10)
+
+
+def lease_renewed_after(tenants: TenantLab, tenant: str, node: str, after: datetime) -> datetime:
+    """Waits for the node's kubelet to renew its Lease after `after` (only a running kubelet
+    does); the renewal's time."""
+    deadline = time.monotonic() + CONVERGE_SECONDS
+    while True:
+        lease = tenants.get(tenant, "lease", node, "-n", "kube-node-lease")
+        renewed = datetime.fromisoformat(lease["spec"]["renewTime"].replace("Z", "+00:00"))
+        if renewed > after:
+            return renewed
+        assert time.monotonic() < deadline, f"{node}: no Lease renewal after {after}"
+        time.sleep(1)
+
+
+def ready_heartbeat(tenants: TenantLab, tenant: str, node: str) -> datetime:
+    ready = tenants.node_ready(tenant, node) or {}
+    return datetime.fromisoformat(
+        ready.get("lastHeartbeatTime", "1970-01-01T00:00:00Z").replace("Z", "+00:00")
+    )
+
+
+def wait_status_written_after(tenants: TenantLab, tenant: str, node: str, after: datetime) -> None:
+    """The kubelet's first status write after `after` (its Ready heartbeat; seconds precision,
+    so strictly later than the second `after` falls in)."""
+    deadline = time.monotonic() + CONVERGE_SECONDS
+    while ready_heartbeat(tenants, tenant, node) <= after.replace(microsecond=0):
+        assert time.monotonic() < deadline, f"{node}: the kubelet wrote no status after {after}"
+        time.sleep(1)
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+def test_a_kubelet_restart_keeps_the_registration_and_the_kubelets_capacity(
     tenants: TenantLab, agents: dict[str, float]
 ):
-    """A restarted kubelet zeroes extended resources it does not manage (nvidia.com/gpu);
-    the agent writes them back, and the kubelet's own capacity stays."""
+    """With its device-plugin checkpoint in place a restarted kubelet keeps extended resources
+    (it zeroes them only for a re-created node): once the new kubelet has renewed its Lease and
+    written its status, the cards, nvidia.com/gpu and its own capacity are all there."""
     tenant, node = "tenant-b", "tenant-b-worker-2"
+    restarted = now()
     tenants.docker.run("exec", node, "systemctl", "restart", "kubelet")
-    wait_registered(tenants, tenant, node)
+    lease_renewed_after(tenants, tenant, node, restarted)
+    wait_status_written_after(tenants, tenant, node, restarted)
+    assert is_registered(tenants, tenant, node), registered(tenants, tenant, node)
+    assert_kubelet_capacity(tenants, tenant, node)
+
+
+@pytest.mark.upstream("kubelet-zeroes-extended-resources-without-checkpoint")
+def test_a_kubelet_that_zeroes_nvidia_gpu_is_repaired_by_the_agent(
+    tenants: TenantLab, agents: dict[str, float]
+):
+    """Without its device-plugin checkpoint (a node whose /var was lost) the restarted kubelet
+    zeroes every extended resource of the existing Node; the watch sees nvidia.com/gpu at 0 and
+    then the agent's value again, and the kubelet's own capacity stays."""
+    tenant, node = "tenant-b", "tenant-b-worker-1"
+    gpus = expected(tenants, tenant, node)["gpus"]
+    assert is_registered(tenants, tenant, node)
+    watch = NodeWatch(tenants, tenant, node)
+    try:
+        assert watch.first[1:] == (gpus, gpus), watch.first
+        tenants.docker.run(
+            "exec", node, "sh", "-c",
+            f"systemctl stop kubelet && rm -f {DEVICE_PLUGIN_CHECKPOINT}"
+            " && systemctl start kubelet",
+        )  # fmt: skip
+        watch.zeroed_then_back(gpus)
+    finally:
+        watch.stop()
+    journal = tenants.docker.run("exec", node, "journalctl", "-u", "kubelet", "--no-pager",
+                                 "-o", "cat", "--since", "-5min").stdout  # fmt: skip
+    assert "Zero out resource capacity in existing node" in journal
+    assert is_registered(tenants, tenant, node)
     assert_kubelet_capacity(tenants, tenant, node)
 
 
 def test_a_worker_container_restart_is_repaired(tenants: TenantLab, agents: dict[str, float]):
-    """`docker restart` of a worker: systemd boots again, the kubelet re-registers the same
-    Node with its joined credentials, and the agent puts the cards back."""
+    """`docker restart` of a worker: systemd boots again, the new kubelet renews its Lease and
+    writes the Node's status with its joined credentials, and the cards are there after that."""
     tenant, node = "tenant-a", "tenant-a-worker-2"
     tenants.docker.run("restart", node)
+    started = now()  # the container runs again: any Lease renewal from here is the new kubelet's
     assert wait_for_boot(tenants.docker, node) in ("running", "degraded")
+    lease_renewed_after(tenants, tenant, node, started)
+    wait_status_written_after(tenants, tenant, node, started)
     deadline = time.monotonic() + CONVERGE_SECONDS
     while (tenants.node_ready(tenant, node) or {}).get("status") != "True":
         assert time.monotonic() < deadline, f"{node} not Ready after its restart"

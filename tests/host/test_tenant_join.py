@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -17,6 +18,7 @@ from tenant_lab import TENANTS, TenantLab, pod_manifest, run_pod, wait_pod, work
 
 from builders.control_plane import dns_service_ip
 from planning import footprint
+from preflight.host_facts import online_cpus
 from tests.support.pulumi_harness import integral_numbers
 
 # What every kubelet adds to its Node by itself (pkg/kubelet/kubelet_node_status.go).
@@ -110,13 +112,18 @@ def test_nodes_are_ready_only_with_the_programs_flannel(tenants: TenantLab):
 @pytest.mark.parametrize("tenant", TENANTS)
 def test_kube_proxy_runs_on_every_worker_at_the_conntrack_target(tenants: TenantLab, tenant: str):
     """With the host at the preflight's target, Kamaji's kube-proxy runs and never restarts
-    (at the host's own 262144 it exits: test_kube_proxy_conntrack.py)."""
+    (at any other value it exits: test_kube_proxy_conntrack.py), and the target the tier set
+    is the one each kube-proxy computed for itself."""
     pods = tenants.get(tenant, "pods", "-n", "kube-system", "-l", "k8s-app=kube-proxy")["items"]
     assert {p["spec"]["nodeName"] for p in pods} == set(worker_names(tenant))
+    target = tenants.conntrack[1]
     for pod in pods:
         (status,) = pod["status"]["containerStatuses"]
         assert status["ready"] and status["restartCount"] == 0, status
-    assert tenants.conntrack[1] == 131072  # max(32768 x 2 CPUs, 131072) on this host
+        logs = tenants.kubectl(tenant, "logs", "-n", "kube-system", pod["metadata"]["name"])
+        assert f'"Setting nf_conntrack_max" nfConntrackMax={target}' in logs, logs[-2000:]
+    # kube-proxy's rule (cmd/kube-proxy/app/conntrack.go): 32768 per CPU, at least 131072
+    assert target == max(32768 * online_cpus(Path("/")), 131072)
 
 
 SERVE = (
@@ -178,7 +185,9 @@ def test_coredns_answers_on_both_workers_and_the_service_works_through_kube_prox
     api_ip = tenants.get(tenant, "service", "kubernetes")["spec"]["clusterIP"]
     for n, worker in enumerate(worker_names(tenant)):
         phase, logs = run_pod(tenants, tenant, f"dns-{n}", worker, RESOLVE)
-        assert (phase, logs.strip()) == ("Succeeded", api_ip), (worker, logs)
+        coredns = tenants.kubectl(tenant, "get", "pods", "-n", "kube-system", "-o", "wide",
+                                  "-l", "k8s-app=kube-dns")  # fmt: skip
+        assert (phase, logs.strip()) == ("Succeeded", api_ip), (worker, logs, coredns)
         by_name = fetch("http://web.default.svc.cluster.local/")
         phase, logs = run_pod(tenants, tenant, f"svc-{n}", worker, by_name)
         assert (phase, logs.strip()) == ("Succeeded", "tenant-web"), (worker, logs)
