@@ -15,7 +15,6 @@ from pydantic import (
     StrictInt,
     ValidationError,
     field_validator,
-    model_validator,
 )
 
 from labcheck.spec import Spec
@@ -113,16 +112,18 @@ class Mix(_Model):
     description: str = ""
     entries: list[Entry] = Field(min_length=1)
 
-    @model_validator(mode="after")
-    def _unique(self) -> Mix:
-        names = [e.name for e in self.entries]
+    # On the field, not the model: the error names its key, mix.entries.
+    @field_validator("entries")
+    @classmethod
+    def _unique(cls, entries: list[Entry]) -> list[Entry]:
+        names = [e.name for e in entries]
         twice = sorted({n for n in names if names.count(n) > 1})
         if twice:
             raise ValueError(f"entry names must be unique: {', '.join(twice)}")
-        total = sum(e.count for e in self.entries)
+        total = sum(e.count for e in entries)
         if total > MAX_PODS:
-            raise ValueError(f"{total} pods in all: at most {MAX_PODS} per run")
-        return self
+            raise ValueError(f"{total} pods in all (count summed): at most {MAX_PODS} per run")
+        return entries
 
     @property
     def tenants(self) -> list[str]:

@@ -48,8 +48,10 @@ class TerminalProgress:
 
 
 def placement_times(result: CapacityResult) -> dict[str, float]:
-    times = [p.settled_after for p in result.pods if p.state == PLACED and p.settled_after]
-    times = [t for t in times if t is not None]
+    # A pod placed at the first poll settled after 0.0 s: a time like any other.
+    times = [
+        p.settled_after for p in result.pods if p.state == PLACED and p.settled_after is not None
+    ]
     if not times:
         return {}
     return {"median": statistics.median(times), "last": max(times)}
@@ -71,9 +73,16 @@ def terminal_lines(result: CapacityResult) -> list[str]:
             lines.append(f"{p.state}: {p.planned.tenant} {p.key}: {p.reason}")
     times = placement_times(result)
     if times:
+        # Pods still pending never settled: the last verdict is not "all settled".
+        pending = result.count(PENDING)
+        settled = (
+            f"{pending} still pending at the timeout"
+            if pending
+            else f"all settled after {result.placement_seconds:.1f} s"
+        )
         lines.append(
             f"placement: median {times['median']:.1f} s, last {times['last']:.1f} s after the "
-            f"first create; all settled after {result.placement_seconds:.1f} s"
+            f"first create; {settled}"
         )
     if result.hours is not None and result.hours.by_tenant:
         lines += table(result.hours)
@@ -110,7 +119,11 @@ def to_json(result: CapacityResult) -> dict[str, Any]:
             for p in result.pods
             if p.state == PENDING
         ],
-        "placementSeconds": {"allSettled": result.placement_seconds, **placement_times(result)},
+        "placementSeconds": {
+            # null while pods are still pending: they never settled
+            "allSettled": None if result.count(PENDING) else result.placement_seconds,
+            **placement_times(result),
+        },
         "pods": [
             {
                 "tenant": p.planned.tenant,

@@ -272,7 +272,9 @@ def _snapshot(result: CapacityResult, clusters: dict[str, Cluster], now: float) 
     each pod for the mix's duration from its bind time, or until now when the mix gives none."""
     nodes: dict[str, list[Obj]] = {}
     held, notes = [], []
-    durations = {p.key: p.planned.duration for p in result.pods}
+    # The run's slice-hours are those of the pods its verdict counts as placed: one HAMi bound
+    # after the wait ended is still pending in the verdict, and only the cards show it.
+    durations = {p.key: p.planned.duration for p in result.pods if p.state == PLACED}
     ours = set(durations)
     for tenant, cl in clusters.items():
         nodes[tenant] = cl.list_nodes()

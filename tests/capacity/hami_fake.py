@@ -6,8 +6,8 @@ Written from HAMi's source, not from capacity's code (docs/upstream-facts/capaci
 pkg/device/nvidia/device.go Fit (:762-837: the card checks in this order, memreq from the
 percentage), pkg/scheduler/score.go:99-102 (NodeInsufficientDevice), pkg/device/common/common.go
 GenReason, pkg/device/devices.go:451-483 (the annotation's encoding), pkg/scheduler/scheduler.go
-:1031-1034 (Bind: bind-phase allocating, bind-time) and :1124-1127 (Filter: vgpu-node,
-vgpu-time).
+:1031-1034 (Bind: bind-phase allocating, bind-time), :1124-1127 (Filter: vgpu-node,
+vgpu-time) and :851 (`node unregistered` until HAMi has read the node's registration).
 """
 
 from __future__ import annotations
@@ -99,6 +99,10 @@ class HamiServer(FakeServer):
             else None
         )
         policy = ann.get("hami.io/gpu-scheduler-policy", "spread")
+        if now < self.knobs.registration_read_at:
+            # HAMi has not read the nodes' registrations yet: "node unregistered", no verdict.
+            self._reject_unregistered(ns, name, pod, list(self.nodes), now)
+            return
         reasons = []
         for node in self.nodes:
             if now < self.next_bind.get(node, 0.0):

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
-from capacity.mix import MixError, check_tenants, load_mix, parse_duration, parse_mix
+from capacity.mix import GpuMem, MixError, check_tenants, load_mix, parse_duration, parse_mix
 from capacity.plan import limits, plan_pods, pod_manifest
 from labcheck.spec import parse_spec
 from tests.capacity.hami_fake import capacity_lab
@@ -146,3 +147,65 @@ def test_a_runs_pods_form_one_pod_group_so_hamis_bind_waits_for_the_lock():
     ]
     groups = {body["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] for body in bodies}
     assert groups == {"capacity-1a2b3c4d"}
+
+
+# The documented limits (docs/capacity.md, "The workload mix"): the last value each key takes
+# and the first it refuses, with what the error says. (key, last valid, parsed as, first invalid)
+LIMITS = [
+    ("name", "a" * 30, "a" * 30, "a" * 31, "must be 1-30 lowercase letters"),
+    ("name", "a", "a", "", "must be 1-30 lowercase letters"),
+    ("name", "a-b", "a-b", "a-", "starting and ending with a letter or digit"),
+    ("name", "0-b", "0-b", "-b", "starting and ending with a letter or digit"),
+    ("tenant", "t", "t", "", "at least 1 character"),
+    ("count", 1, 1, 0, "greater than or equal to 1"),
+    ("count", 500, 500, 501, "less than or equal to 500"),
+    ("gpumem", 1, GpuMem(mb=1), 0, "MB must be a positive integer"),
+    ("gpumem", "1%", GpuMem(percent=1), "0%", "1% to 100%"),
+    ("gpumem", "100%", GpuMem(percent=100), "101%", "1% to 100%"),
+    ("gpucores", 0, 0, -1, "greater than or equal to 0"),
+    ("gpucores", 100, 100, 101, "less than or equal to 100"),
+    ("gpus", 1, 1, 0, "greater than or equal to 1"),
+    ("gpus", 16, 16, 17, "less than or equal to 16"),
+    ("duration", 1, 1, 0, "longer than 0"),
+    ("duration", "1m", 60, "0m", "longer than 0"),
+]
+
+
+@pytest.mark.parametrize(("key", "last", "parsed", "first_bad", "says"), LIMITS)
+def test_each_limit_takes_its_last_value_and_names_the_key_past_it(
+    key, last, parsed, first_bad, says
+):
+    mix = parse_mix({"entries": [entry(**{key: last})]})
+    assert getattr(mix.entries[0], key) == parsed
+    lines = error_of({"entries": [entry(**{key: first_bad})]}).splitlines()[1:]
+    assert len(lines) == 1 and lines[0].startswith(f"  mix.entries[0].{key}: "), lines
+    assert says in lines[0], lines
+
+
+def test_at_most_500_pods_in_all_and_the_error_names_the_entries():
+    """Each count may be 500, but the run's pods together too: the sum is a limit of its own."""
+    split = {"entries": [entry(name="a", count=250), entry(name="b", count=250)]}
+    assert parse_mix(split).pod_count() == 500
+    split["entries"][1]["count"] = 251
+    assert error_of(split).splitlines()[1:] == [
+        "  mix.entries: 501 pods in all (count summed): at most 500 per run"
+    ]
+
+
+def test_entries_at_least_one_each_name_once_and_the_errors_name_the_entries():
+    assert len(parse_mix({"entries": [entry(name="a")]}).entries) == 1
+    assert error_of({"entries": []}).splitlines()[1:] == [
+        "  mix.entries: List should have at least 1 item after validation, not 0"
+    ]
+    assert parse_mix({"entries": [entry(name="a"), entry(name="b")]}).pod_count() == 4
+    assert error_of({"entries": [entry(name="a"), entry(name="a")]}).splitlines()[1:] == [
+        "  mix.entries: entry names must be unique: a"
+    ]
+
+
+def test_the_longest_name_at_the_highest_count_still_makes_valid_pod_names():
+    """Why names stop at 30: cap-<run, 8>-<name>-<index up to 499> stays a DNS label (<= 63)."""
+    mix = parse_mix({"entries": [entry(name="a" * 30, count=500)]})
+    last = plan_pods(mix, "1a2b3c4d")[-1].name
+    assert last == f"cap-1a2b3c4d-{'a' * 30}-499"
+    assert len(last) <= 63 and re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", last)
