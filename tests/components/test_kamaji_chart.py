@@ -341,8 +341,9 @@ def test_the_pr_preview_has_git_and_a_pinned_helm_before_the_program_runs():
 
     workflow = Path(__file__).resolve().parents[2] / ".github/workflows/pull-request.yml"
     steps = yaml.safe_load(workflow.read_text())["jobs"]["preview"]["steps"]
-    uses = [step.get("uses", "") for step in steps]
+    uses = [step.get("uses", "").lower() for step in steps]
     helm = next(i for i, name in enumerate(uses) if name.startswith("azure/setup-helm@"))
     assert re.fullmatch(r"v3\.\d+\.\d+", steps[helm]["with"]["version"])
-    assert uses.index("actions/checkout@v4") < helm  # git: the checkout ran on it
-    assert helm < next(i for i, name in enumerate(uses) if name.startswith("pulumi/actions@"))
+    checkout = next(i for i, name in enumerate(uses) if name.startswith("actions/checkout@"))
+    assert checkout < helm  # git: the checkout ran on it
+    assert helm < next(i for i, s in enumerate(steps) if "preview_stack.py" in s.get("run", ""))

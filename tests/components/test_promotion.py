@@ -185,9 +185,9 @@ def test_every_stack_is_previewed_on_pull_requests():
     stacks = sorted(p.name.split(".")[1] for p in PROJECT_DIR.glob("Pulumi.*.yaml"))
     assert sorted(workflow["jobs"]["preview"]["strategy"]["matrix"]["stack"]) == stacks
     steps = workflow["jobs"]["preview"]["steps"]
-    preview = next(s for s in steps if s.get("uses", "").startswith("pulumi/actions@"))
-    assert preview["with"]["command"] == "preview" and preview["with"]["comment-on-pr"] is True
-    assert any(s.get("run") == "bash .ci/run" for s in workflow["jobs"]["test"]["steps"])
+    preview = next(s for s in steps if "preview_stack.py" in s.get("run", ""))
+    assert preview["env"]["STACK"] == "${{ matrix.stack }}" and "$STACK" in preview["run"]
+    assert any(s.get("run") == "make test" for s in workflow["jobs"]["test"]["steps"])
 
 
 def test_real_gpu_stack_says_which_secret_is_missing():

@@ -75,6 +75,7 @@ KWOK_VERSION = "v0.8.0"
 PULUMI_VERSION = "v3.274.1"
 PULUMI_PYTHON_HOST_VERSION = "v3.68.0"
 PULUMI_SDK = "github.com/pulumi/pulumi/sdk/v3"
+ACTIONLINT_VERSION = "v1.7.12"
 
 
 def _k8s_ldflags(version: str) -> tuple[str, ...]:
@@ -147,6 +148,15 @@ BINARY_SETS: tuple[BinarySet, ...] = (
         ),
         local_replace_version="v0." + K8S_VERSION.split(".", 1)[1],
         ldflags=_k8s_ldflags(K8S_VERSION),
+    ),
+    # Lints .github/workflows (test_workflows_lint.py); what its releases stamp as the version.
+    BinarySet(
+        name="actionlint",
+        module="github.com/rhysd/actionlint",
+        version=ACTIONLINT_VERSION,
+        packages=("github.com/rhysd/actionlint/cmd/actionlint",),
+        local_replace_version=ACTIONLINT_VERSION,
+        ldflags=(f"-X github.com/rhysd/actionlint.version={ACTIONLINT_VERSION.lstrip('v')}",),
     ),
 )
 
