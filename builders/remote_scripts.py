@@ -201,8 +201,9 @@ if $SUDO test -f /etc/kubernetes/kubelet.conf; then
   cat >/dev/null; echo {node}" already joined" >&2; exit 0
 fi
 $SUDO install -d -m 700 /etc/kubernetes
-$SUDO sh -c 'umask 077 && cat > /etc/kubernetes/lab-admin.conf'
+# Armed before the write: a write that fails half-way leaves no copy of the admin credential.
 trap '$SUDO rm -f /etc/kubernetes/lab-admin.conf {JOIN_CONFIG_PATH}' EXIT
+$SUDO sh -c 'umask 077 && cat > /etc/kubernetes/lab-admin.conf'
 deadline=$(( $(date +%s) + {join_timeout_seconds} ))
 until join=$($SUDO kubeadm token create --print-join-command --ttl 30m \\
     --kubeconfig /etc/kubernetes/lab-admin.conf 2>/dev/null); do

@@ -214,9 +214,10 @@ case "$NODE_LABELS" in
     echo "$NODE_NAME: NODE_LABELS is not a list of labels: $NODE_LABELS" >&2; exit 1 ;;
 esac
 docker exec "$NODE_NAME" modprobe br_netfilter 2>/dev/null || true
+# Armed before the write: a write that fails half-way leaves no copy of the admin credential.
+trap 'docker exec "$NODE_NAME" rm -f /etc/kubernetes/lab-admin.conf {JOIN_CONFIG_PATH}' EXIT
 printf '%s\\n' "$LAB_KUBECONFIG" | docker exec -i "$NODE_NAME" \\
   sh -c 'umask 077 && cat > /etc/kubernetes/lab-admin.conf'
-trap 'docker exec "$NODE_NAME" rm -f /etc/kubernetes/lab-admin.conf {JOIN_CONFIG_PATH}' EXIT
 deadline=$(( $(date +%s) + {join_timeout_seconds} ))
 until join=$(docker exec "$NODE_NAME" kubeadm token create --print-join-command --ttl 30m \\
     --kubeconfig /etc/kubernetes/lab-admin.conf 2>/dev/null); do

@@ -82,11 +82,15 @@ class _Model(BaseModel):
     )
 
 
+# The most cards one worker holds, all its `gpus` entries together (a 16-GPU server).
+MAX_CARDS_PER_WORKER = 16
+
+
 class GpuSpec(_Model):
     """A group of identical cards on each GPU worker of a tenant."""
 
     model: str = Field(min_length=1)
-    count: int = Field(default=1, ge=1, le=16)
+    count: int = Field(default=1, ge=1, le=MAX_CARDS_PER_WORKER)
     memory_mb: int | None = Field(default=None, ge=1024, le=1_048_576)
     cores: int = Field(default=100, ge=1, le=100)
     product: str | None = None  # NVML name for a custom model; defaults to the model name

@@ -18,6 +18,7 @@ from labconfig.gpu_models import (
     mock_plugin_max_memory_mb,
 )
 from labconfig.model import (
+    MAX_CARDS_PER_WORKER,
     PINNED_NODE_IMAGE,
     WORKER_IMAGES,
     ConfigError,
@@ -52,6 +53,14 @@ def _check_tenants(cfg: LabConfig) -> None:
                     f"unknown GPU model {gpu.model!r}: use one of {', '.join(KNOWN_GPU_MODELS)}, "
                     "or describe a custom model with memoryMb (and product)",
                 )
+        # Each entry's count is bounded by the model; the worker holds all entries at once.
+        cards = sum(gpu.count for gpu in tenant.gpus)
+        if cards > MAX_CARDS_PER_WORKER:
+            raise ConfigError(
+                f"{key}.gpus",
+                f"{cards} cards on each worker (the counts of all entries added up): a worker "
+                f"holds at most {MAX_CARDS_PER_WORKER}",
+            )
         _check_workers(cfg, tenant, key)
         _check_gpu_mode(tenant, key)
 

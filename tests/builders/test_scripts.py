@@ -7,6 +7,8 @@ mode of the admin kubeconfig, the temp files gone, containerd's config after the
 
 from __future__ import annotations
 
+import shlex
+import shutil
 import subprocess
 import tomllib
 from pathlib import Path
@@ -145,6 +147,56 @@ def test_kind_create_refuses_a_cluster_it_did_not_make(host, image, network, nam
     assert named in result.stderr
     assert "kind delete cluster --name lab" in result.stderr
     assert result.stdout == ""  # no kubeconfig reaches the provider
+
+
+@pytest.mark.upstream("kind-cluster-names-are-exact", "kind-kubeconfig-flag")
+@pytest.mark.parametrize("others", [["lab-old"], ["la"], ["lab-old", "old-lab", "lab2"]])
+def test_kind_create_takes_no_cluster_whose_name_only_begins_like_the_labs(host, others):
+    """m2: `lab-old` (or `la`) is not the lab's `lab`: the lab's cluster is created, its own
+    kubeconfig printed, and the other clusters and their nodes are left as they were."""
+    for name in others:
+        host.add_kind_cluster(name, "kindest/node:v1.34.0", "kind")
+    result = run(host, kind_create_script(), **kind_env())
+    assert result.returncode == 0, result.stderr
+    assert "reusing" not in result.stderr and "exists" not in result.stderr
+    (create,) = [c for c in host.calls("kind") if c[1] == "create"]
+    assert create[create.index("--name") + 1] == "lab"
+    assert result.stdout == "apiVersion: v1\nkind: Config\ncurrent-context: kind-lab\n"
+    assert not [c for c in host.calls("docker") if any(f"{o}-control-plane" in c for o in others)]
+    containers = host.containers()
+    assert all(containers[f"{o}-control-plane"]["image"] == "kindest/node:v1.34.0" for o in others)
+    assert sorted(host.state.load("kind", {})) == sorted([*others, "lab"])
+
+
+@pytest.mark.upstream("kind-cluster-names-are-exact", "kind-node-container")
+def test_kind_create_reuses_the_labs_cluster_beside_one_named_like_it(host: FakeHost):
+    """Beside `lab-old` (another image, kind's own network) `lab` is still reused and its
+    kubeconfig, not the other one's, is what the script prints."""
+    host.add_kind_cluster("lab-old", "kindest/node:v1.34.0", "kind")
+    host.add_kind_cluster("lab", IMAGE, "kamaji-hami-lab")
+    result = run(host, kind_create_script(), **kind_env())
+    assert result.returncode == 0, result.stderr
+    assert "reusing it" in result.stderr
+    assert not [c for c in host.calls("kind") if c[1] == "create"]
+    assert [c for c in host.calls("kind") if c[1:3] == ["get", "kubeconfig"]] == [
+        ["kind", "get", "kubeconfig", "--name", "lab"]
+    ]
+    assert result.stdout == "kubeconfig-of-lab\n"
+
+
+@pytest.mark.upstream("kind-cluster-names-are-exact")
+@pytest.mark.parametrize("lab_exists", [True, False])
+def test_kind_delete_removes_the_labs_cluster_only(host: FakeHost, lab_exists: bool):
+    """`lab-old` and its node survive a delete of `lab`, whether `lab` exists or not."""
+    host.add_kind_cluster("lab-old", IMAGE, "kamaji-hami-lab")
+    if lab_exists:
+        host.add_kind_cluster("lab", IMAGE, "kamaji-hami-lab")
+    result = run(host, kind_delete_script(), KIND_CLUSTER_NAME="lab")
+    assert result.returncode == 0, result.stderr
+    assert list(host.state.load("kind", {})) == ["lab-old"]
+    assert list(host.containers()) == ["lab-old-control-plane"]
+    (delete,) = host.calls("kind")
+    assert delete[:5] == ["kind", "delete", "cluster", "--name", "lab"]
 
 
 def test_kind_create_failure_stops_the_script(host: FakeHost):
@@ -335,6 +387,96 @@ def test_join_hands_the_admin_kubeconfig_over_privately(host: FakeHost):
     assert auths == [f"kubeconfig={root}/etc/kubernetes/lab-admin.conf mode=600"]
     assert not (root / "etc/kubernetes/lab-admin.conf").exists()
     assert not any(host.tenant_kubeconfig in " ".join(c) for c in host.calls())
+
+
+ADMIN = "/etc/kubernetes/lab-admin.conf"
+
+
+def spy_on(host: FakeHost, wrapper: Path, body: str) -> Path:
+    """Puts a `sh` spy in front of one fake tool: `body` runs, then the fake with "$@".
+    Its log (one line per record) lands beside the fake host's own state."""
+    fake = wrapper.with_name(wrapper.name + ".fake")
+    if wrapper.is_symlink():
+        fake.symlink_to(wrapper.resolve())
+        wrapper.unlink()
+    else:
+        wrapper.rename(fake)
+    log = host.state.root / f"spy-{wrapper.parent.name}-{wrapper.name}.log"
+    wrapper.write_text(f'#!/bin/sh\nlog={shlex.quote(str(log))}\n{body}\nexec "$0.fake" "$@"\n')
+    wrapper.chmod(0o755)
+    return log
+
+
+def spy_on_the_credential(host: FakeHost, root: Path) -> tuple[Path, Path]:
+    """Host docker: its argv and, for `exec -i`, what reached its stdin.
+    The node's kubeadm: at `join`, whether the admin kubeconfig is in the node, and its env."""
+    docker = spy_on(
+        host,
+        host.state.root / "bin/docker",
+        'printf "argv %s\\n" "$*" >>"$log"\n'
+        'if [ "$1 $2" = "exec -i" ]; then\n'
+        '  stdin=$(mktemp); cat >"$stdin"; sed "s/^/stdin /" "$stdin" >>"$log"\n'
+        '  exec <"$stdin"; rm -f "$stdin"\nfi',
+    )
+    kubeadm = spy_on(
+        host,
+        host.state.root / "node-bin/kubeadm",
+        f'if [ "$1" = join ]; then\n'
+        f'  [ -e {shlex.quote(str(root) + ADMIN)} ] && echo admin-kubeconfig-present >>"$log"\n'
+        '  env | sed "s/^/env /" >>"$log"\nfi',
+    )
+    return docker, kubeadm
+
+
+@pytest.mark.upstream("docker-exec-env-only-from-its-flags")
+@pytest.mark.parametrize(
+    ("tenant", "code"),
+    [({}, 0), ({"token_failures": 99}, 1), ({"join_fails": True}, 1)],
+    ids=["joins", "no-token", "join-fails"],
+)
+def test_the_admin_kubeconfig_reaches_the_node_on_stdin_only_and_is_gone_before_the_join(
+    host: FakeHost, tenant: dict, code: int
+):
+    """LAB_KUBECONFIG (the tenant's admin) goes to the node once, on the stdin of the one
+    `docker exec -i` that writes it under umask 077; it is on no command line and in no
+    environment a docker exec passes on (none takes -e), never in the script's output, gone
+    from the node before `kubeadm join` runs, and gone when the script fails too."""
+    admin = "apiVersion: v1\nkind: Config\nusers: [{name: admin, user: {token: s3cr3t}}]"
+    host.set_tenant(kubeconfig=admin, **tenant)
+    root = host.add_container(NODE)
+    docker_log, kubeadm_log = spy_on_the_credential(host, root)
+    result = join(host, timeout=0 if tenant.get("token_failures") else 30)
+    assert result.returncode == code, result.stderr
+    assert "s3cr3t" not in result.stdout + result.stderr
+    logged = docker_log.read_text().splitlines()
+    argv = [line.removeprefix("argv ") for line in logged if line.startswith("argv ")]
+    assert not [a for a in argv if "s3cr3t" in a or {"-e", "--env", "--env-file"} & {*a.split()}]
+    stdin = [line.removeprefix("stdin ") for line in logged if line.startswith("stdin ")]
+    assert stdin[:3] == admin.splitlines()  # the first `exec -i` is the kubeconfig's write
+    assert next(a for a in argv if a.startswith("exec -i")) == (
+        f"exec -i {NODE} sh -c umask 077 && cat > {ADMIN}"
+    )
+    assert sum("s3cr3t" in line for line in stdin) == 1
+    if code == 0 or tenant.get("join_fails"):
+        assert [c[1] for c in host.calls("kubeadm")].count("join") == 1
+        assert "admin-kubeconfig-present" not in kubeadm_log.read_text()
+        assert "s3cr3t" not in kubeadm_log.read_text()  # kubeadm join's environment
+    assert not (root / ADMIN.lstrip("/")).exists()
+    assert not (root / JOIN_CONFIG_PATH.lstrip("/")).exists()
+
+
+def test_a_failed_write_of_the_admin_kubeconfig_leaves_no_copy_in_the_node(host: FakeHost):
+    """The write into the node fails after `cat >` created the file (a full disk, a docker
+    exec cut off): the script stops, and the partial copy of the credential goes with it."""
+    root = host.add_container(NODE)
+    cat, failing = shutil.which("cat"), host.state.root / "node-bin/cat"  # first on its PATH
+    assert cat is not None
+    failing.write_text(f'#!/bin/sh\n{shlex.quote(cat)} "$@"\nexit 1\n')
+    failing.chmod(0o755)
+    result = join(host)
+    assert result.returncode == 1
+    assert host.calls("auth") == []  # no token was asked for
+    assert not (root / ADMIN.lstrip("/")).exists()
 
 
 def test_join_is_skipped_for_a_joined_node(host: FakeHost):
@@ -653,3 +795,19 @@ def test_registered_waits_for_the_node_object(host: FakeHost):
     host.set_tenant(nodes={"gpu-host-1": {}})
     assert run(host, node_registered_script(0), **env).returncode == 0
     assert tmp_files(host) == []
+
+
+def test_a_failed_write_of_the_admin_kubeconfig_leaves_no_copy_on_the_remote_host(host: FakeHost):
+    """As in a worker container: the remote join's cleanup is armed before the write, so a
+    write that fails after `cat >` created the file leaves no partial credential behind."""
+    host.set_remote(kubeadm_version="v1.35.0")
+    cat, failing = shutil.which("cat"), host.state.root / "host-bin/cat"  # first on its PATH
+    assert cat is not None and not failing.exists()
+    failing.write_text(f'#!/bin/sh\n{shlex.quote(cat)} "$@"\nexit 1\n')
+    failing.chmod(0o755)
+    result = host.run_remote(
+        remote_join_script("gpu-host-1", "gpu=on"), stdin=host.tenant_kubeconfig
+    )
+    assert result.returncode == 1
+    assert host.calls("kubeadm") == []  # no token was asked for
+    assert not (host.state.host_root / "etc/kubernetes/lab-admin.conf").exists()

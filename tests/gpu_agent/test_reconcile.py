@@ -221,6 +221,21 @@ def test_endless_conflicts_are_bounded_and_converge_later(kube, config):
     assert s.released == [f"{NODE} team-a/p1 owner-allocated"]
 
 
+@pytest.mark.upstream("hami-v2.10-allocation-failure-releases-the-lock")
+def test_an_allocation_marked_failed_whose_release_was_lost_frees_the_lock(kube, config):
+    """HAMi's device plugin wrote bind-phase `failed` but its lock release did not land: the
+    next pass frees the lock and leaves the failed pod as it is."""
+    registered(kube, config)
+    bind_one(kube, "p1")
+    kube.pods[("team-a", "p1")]["metadata"]["annotations"]["hami.io/bind-phase"] = "failed"
+    kube._bump(kube.pods[("team-a", "p1")])
+    s = reconcile_once(kube, config)
+    assert kube.lock(NODE) is None
+    assert s.released == [f"{NODE} team-a/p1 owner-allocated"] and s.completed == []
+    assert [c.method for c in kube.writes()] == ["patch_node_metadata"]  # the pod is left alone
+    assert kube.pod_annotations("team-a", "p1")["hami.io/bind-phase"] == "failed"
+
+
 @pytest.mark.upstream("k8s-json-patch-test-op-422")
 def test_kubelet_status_write_before_the_pod_patch_costs_no_retry(kube, config):
     """D3: the kubelet writes pod status right after the Binding, while the agent acts on the

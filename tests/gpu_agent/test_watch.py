@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -301,6 +303,97 @@ def test_failed_write_is_retried_after_resync_without_relisting(kube, agent, clo
     s = drain(agent)
     assert s.completed == ["team-a/p1"] and kube.lock(NODE) is None
     assert kube.count("list") == 0
+
+
+# ------------------------------------------------------------------ failed allocations
+# HAMi's device plugin releases the node lock whatever became of the allocation; the agent,
+# standing in for it, must leave no lock behind an allocation that cannot finish.
+
+
+def before_calls(kube: FakeKube, **actions: Callable[[], None]) -> None:
+    """Run actions[method] (another writer) once, just before the agent's next such call."""
+
+    def hook(method: str, args: tuple[Any, ...]) -> None:
+        action = actions.pop(method, None)
+        if action is not None:
+            action()
+
+    kube.before_call = hook
+
+
+@pytest.mark.upstream("hami-v2.10-allocation-failure-releases-the-lock")
+def test_a_pod_gone_between_the_422_and_the_reread_frees_its_lock(kube, agent):
+    """The completion patch meets a changed allocation (422) and the re-read finds the pod
+    deleted: the allocation cannot finish, so its lock goes at once."""
+    bind(kube, "p1")
+
+    def reallocate() -> None:  # the `test` op on the to-allocate value fails
+        ann = kube.pods[("team-a", "p1")]["metadata"]["annotations"]
+        ann["hami.io/vgpu-devices-to-allocate"] = "GPU-other,NVIDIA,1024,10:;"
+        kube._bump(kube.pods[("team-a", "p1")])
+
+    before_calls(kube, patch_pod=reallocate, get_pod=lambda: kube.delete_pod("team-a", "p1"))
+    s = drain(agent)
+    assert [c.method for c in kube.calls if c.verb in ("get", "patch")] == [
+        "patch_pod",
+        "get_pod",
+        "patch_node_metadata",
+    ]
+    assert kube.lock(NODE) is None and s.completed == [] and s.errors == []
+    assert s.released == [f"{NODE} team-a/p1 allocated"]
+
+
+@pytest.mark.upstream("hami-v2.10-allocation-failure-releases-the-lock")
+def test_a_failed_completion_of_a_pod_then_deleted_frees_the_lock_at_its_delete(kube, agent, clock):
+    """The completion patch fails (503): the owner still needs its lock, which stays for the
+    retry. The pod is then deleted: its DELETED event frees the lock, before any retry."""
+    bind(kube, "p1")
+    kube.fail_next("patch_pod", TransientError(503, "etcd leader changed"))
+    s = drain(agent)
+    assert s.errors == ["complete team-a/p1: HTTP 503: etcd leader changed"]
+    assert kube.lock(NODE) == kube.lock_value("team-a", "p1")
+    kube.delete_pod("team-a", "p1")
+    s = drain(agent)  # no clock advance: the retry is not due yet
+    assert s.released == [f"{NODE} team-a/p1 owner-gone"] and kube.lock(NODE) is None
+    clock.advance(RESYNC)
+    kube.calls.clear()
+    assert drain(agent).actions == 0 and kube.writes() == []  # the retry finds nothing to do
+
+
+@pytest.mark.upstream("hami-v2.10-allocation-failure-releases-the-lock")
+def test_a_completion_whose_answer_was_lost_still_frees_the_lock(kube, agent, clock):
+    """The patch lands but its answer does not (a timeout): the pod's own event shows it
+    finished, and the lock goes with that event, not with HAMi's 5 min expiry."""
+    bind(kube, "p1")
+
+    def lands() -> None:
+        ann = kube.pods[("team-a", "p1")]["metadata"]["annotations"]
+        ann.update({"hami.io/vgpu-devices-to-allocate": ";;", "hami.io/bind-phase": "success"})
+        kube._bump(kube.pods[("team-a", "p1")])
+
+    before_calls(kube, patch_pod=lands)
+    kube.fail_next("patch_pod", TransientError(0, "PATCH pods/p1: timed out"))
+    s = drain(agent)
+    assert s.errors and s.released == []
+    s = drain(agent)
+    assert s.released == [f"{NODE} team-a/p1 owner-allocated"] and kube.lock(NODE) is None
+    assert [c.method for c in kube.writes()] == ["patch_pod", "patch_node_metadata"]
+    clock.advance(RESYNC)
+    assert drain(agent).actions == 0  # the retry neither patches the pod again nor re-releases
+
+
+@pytest.mark.upstream("hami-v2.10-allocation-failure-releases-the-lock")
+def test_a_failed_release_behind_a_vanished_pod_is_done_at_its_delete_event(kube, agent):
+    """The pod is gone when the completion patch arrives (404) and the release then fails
+    (503): the pod's DELETED event judges the lock again and frees it."""
+    bind(kube, "p1")
+    before_calls(kube, patch_pod=lambda: kube.delete_pod("team-a", "p1"))
+    kube.fail_next("patch_node_metadata", TransientError(503, "etcd leader changed"))
+    s = drain(agent)
+    assert s.released == [] and s.errors == ["complete team-a/p1: HTTP 503: etcd leader changed"]
+    assert kube.lock(NODE) == kube.lock_value("team-a", "p1")
+    s = drain(agent)
+    assert s.released == [f"{NODE} team-a/p1 owner-gone"] and kube.lock(NODE) is None
 
 
 def test_unconfigured_node_events_are_ignored(kube, agent):

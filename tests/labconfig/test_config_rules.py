@@ -13,7 +13,7 @@ import pulumi
 import pytest
 
 from labconfig.addresses import plan_network
-from labconfig.model import ConfigError
+from labconfig.model import MAX_CARDS_PER_WORKER, ConfigError
 from labconfig.parse import parse_config
 from labconfig.stack import raw_stack_config
 
@@ -161,6 +161,67 @@ def test_real_gpus_on_remote_workers_pass_without_the_simulated_limit():
     )
     (t,) = cfg.tenants
     assert (t.worker_names, t.container_workers, len(t.cards)) == (["gpu-1"], 0, 16)
+
+
+# --- the numeric limits of a tenant's GPU inventory, at their boundaries -------------------
+# Real cards on a remote host: no simulated-memory rule stands in front of the field limits.
+
+
+def real_cards(*gpus: dict[str, Any]) -> dict[str, Any]:
+    return {**remote(gpuMode="real", gpus=list(gpus)), **SSH}
+
+
+def test_a_worker_holds_at_most_16_cards_over_all_its_entries():
+    """16 cards in one entry or split over several pass; a 17th, in either form, is refused
+    with the key of what overflows (the entry's count, or the list when they add up)."""
+    for gpus in ([{"model": "L4", "count": 16}], [{"model": "L4", "count": 8}] * 2):
+        assert len(parse_config(real_cards(*gpus)).tenants[0].cards) == MAX_CARDS_PER_WORKER == 16
+    refused(
+        real_cards({"model": "L4", "count": 17}),
+        "tenants[0].gpus[0].count",
+        "less than or equal to 16 (got 17)",
+    )
+    refused(
+        real_cards({"model": "L4", "count": 16}, {"model": "T4"}),
+        "tenants[0].gpus",
+        "17 cards on each worker (the counts of all entries added up): a worker holds at most 16",
+    )
+    tiny = {"model": "tiny", "memoryMb": 1024}  # 17 GiB: the mock plugin would advertise it
+    refused(  # simulated workers too
+        tenant(gpus=[{**tiny, "count": 9}, {**tiny, "count": 8}]),
+        "tenants[0].gpus",
+        "17 cards on each worker",
+    )
+
+
+@pytest.mark.parametrize(
+    ("field", "fits", "too_far", "gist"),
+    [
+        ("count", 1, 0, "greater than or equal to 1 (got 0)"),
+        ("cores", 1, 0, "greater than or equal to 1 (got 0)"),
+        ("cores", 100, 101, "less than or equal to 100 (got 101)"),
+        ("memoryMb", 1024, 1023, "greater than or equal to 1024 (got 1023)"),
+        ("memoryMb", 1_048_576, 1_048_577, "less than or equal to 1048576 (got 1048577)"),
+    ],
+)
+def test_each_card_limit_holds_at_its_boundary(field: str, fits: int, too_far: int, gist: str):
+    card = {"model": "custom", "product": "NVIDIA Custom", "memoryMb": 2048}
+    parsed = parse_config(real_cards({**card, field: fits})).tenants[0].cards
+    value = {"count": len(parsed), "cores": parsed[0].cores, "memoryMb": parsed[0].memory_mb}
+    assert value[field] == fits
+    refused(real_cards({**card, field: too_far}), f"tenants[0].gpus[0].{field}", gist)
+
+
+def test_the_gpu_quota_and_the_split_count_hold_at_their_boundaries():
+    assert parse_config(tenant(gpuQuotaMb=1)).tenants[0].gpu_quota_mb == 1
+    refused(tenant(gpuQuotaMb=0), "tenants[0].gpuQuotaMb", "greater than or equal to 1 (got 0)")
+    for split in (1, 100):
+        assert parse_config({**tenant(), "hamiSplitCount": split}).hami_split_count == split
+    refused(
+        {**tenant(), "hamiSplitCount": 101},
+        "hamiSplitCount",
+        "less than or equal to 100 (got 101)",
+    )
 
 
 def test_remote_workers_need_a_host_and_the_ssh_key():

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from preflight.checks import kernel_findings
 from preflight.host_facts import (
     DockerFacts,
     DockerNetwork,
@@ -86,6 +87,44 @@ def test_reads_the_host_from_proc_and_sys(tmp_path: Path, monkeypatch):
         "helm": "v3.19.0+g3d8990f",
     }
     assert facts.docker.server_version == "28.2.2" and facts.routes is not None
+
+
+V1_CONTROLLERS = ("cpu,cpuacct", "memory", "pids", "devices", "freezer", "systemd")
+
+
+def cgroup_tree(root: Path, layout: str) -> None:
+    """/sys/fs/cgroup as each boot mode leaves it. v1: a tmpfs of one hierarchy per
+    controller; hybrid (systemd's default before v247, WSL2's kernel 5.15): the same plus a
+    cgroup2 mount at unified/; unified: /sys/fs/cgroup itself is cgroup2."""
+    cgroup = "sys/fs/cgroup"
+    if layout in ("v1", "hybrid"):
+        for controller in V1_CONTROLLERS:
+            write(root, f"{cgroup}/{controller}/cgroup.procs", "1\n")
+            write(root, f"{cgroup}/{controller}/tasks", "1\n")
+    if layout == "hybrid":
+        write(root, f"{cgroup}/unified/cgroup.controllers", "")  # v1 holds every controller
+        write(root, f"{cgroup}/unified/cgroup.procs", "1\n")
+    if layout == "unified":
+        write(root, f"{cgroup}/cgroup.controllers", "cpuset cpu io memory hugetlb pids rdma\n")
+        write(root, f"{cgroup}/cgroup.procs", "1\n")
+
+
+@pytest.mark.upstream("cgroup-v2-is-the-unified-root", "kubelet-fail-cgroupv1-flag")
+@pytest.mark.parametrize(("layout", "v2"), [("v1", False), ("hybrid", False), ("unified", True)])
+def test_cgroup_v2_is_only_a_unified_hierarchy_at_sys_fs_cgroup(
+    tmp_path: Path, monkeypatch, layout: str, v2: bool
+):
+    """A hybrid host mounts cgroup2 too, but at /sys/fs/cgroup/unified with no controllers:
+    runc and the kubelet judge /sys/fs/cgroup alone, so it is a cgroup v1 host to them."""
+    monkeypatch.setattr("shutil.which", lambda tool: None)
+    cgroup_tree(tmp_path, layout)
+    facts = read_host_facts(FakeHost(ANSWERS), tmp_path, disk_path=str(tmp_path))
+    assert facts.cgroup_v2 is v2
+    (finding,) = [f for f in kernel_findings(facts) if f.check == "cgroup v2"]
+    assert finding.ok is v2
+    if not v2:
+        assert finding.detail == "host runs cgroup v1"
+        assert finding.fix[0].startswith("boot with systemd.unified_cgroup_hierarchy=1")
 
 
 @pytest.mark.upstream("kube-proxy-counts-the-hosts-online-cpus")
