@@ -5,7 +5,8 @@ STACK ?= lab
 # Pulumi.yaml's backend: local files, no account. The directory must exist before first use.
 STATE_DIR := $(HOME)/.pulumi-kamaji-hami-lab
 
-.PHONY: up preview destroy test test-real test-host lint check capacity up-ready preview-ready destroy-ready mutation
+.PHONY: up preview destroy test test-real test-host lint check capacity up-ready preview-ready destroy-ready mutation \
+	kubeconfig sharing outputs-ready
 
 # What each tool is for the targets below, and how to install it. A target that needs tools
 # names them with $(call require,...): one line per missing tool, before anything else runs.
@@ -64,6 +65,22 @@ destroy: destroy-ready
 
 check: $(VENV)/.installed
 	$(PY) -m labcheck --stack $(STACK)
+
+# What `make kubeconfig` and `make sharing` read: the stack's outputs, secrets included.
+outputs-ready:
+	$(call require,pulumi)
+	$(need_passphrase)
+
+# Each tenant's admin kubeconfig from the stack's outputs, owner-only, in kubeconfigs/<stack>/;
+# prints an `export KUBECONFIG=...` line per tenant (TENANT=<name> for one).
+kubeconfig: outputs-ready $(VENV)/.installed
+	@$(PY) -m labcheck.kubeconfigs --stack $(STACK) --dir kubeconfigs/$(STACK) \
+	  $(if $(TENANT),--tenant $(TENANT))
+
+# Which pods hold which slices of each tenant's cards now, and its picture
+# (reports/<stack>/sharing.png). Read-only: it creates nothing in the lab.
+sharing: outputs-ready $(VENV)/.installed
+	$(PY) -m labcheck.sharing --stack $(STACK) --report-dir reports/$(STACK)
 
 # A capacity run of a workload mix against the running lab (docs/capacity.md).
 capacity: $(VENV)/.installed

@@ -61,6 +61,26 @@ def load_spec(args: argparse.Namespace) -> Spec:
     return load_from_env(args.spec_env)
 
 
+def open_spec(parser: argparse.ArgumentParser, args: argparse.Namespace, prog: str) -> Spec | None:
+    """The spec the arguments name; None once the reason it cannot be read is printed."""
+    if not (args.stack or args.spec or args.spec_env):
+        parser.error("one of --stack, --spec or --spec-env is required")
+    try:
+        return load_spec(args)
+    except SpecError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return None
+
+
+def cluster_factory(spec: Spec, factory: ClusterFactory | None) -> ClusterFactory:
+    """The given factory (tests' fakes), else the real client with the spec's API timeout."""
+    if factory is not None:
+        return factory
+    from .kube import factory as kube_factory  # the kubernetes client loads only when used
+
+    return kube_factory(spec.timeouts.api_seconds)
+
+
 def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
@@ -81,17 +101,10 @@ def main(
         for c in ALL_CHECKS:
             out.write(f"{c.id:28} {'per tenant' if c.per_tenant else 'global':10} {c.title}\n")
         return EXIT_OK
-    if not (args.stack or args.spec or args.spec_env):
-        parser.error("one of --stack, --spec or --spec-env is required")
-    try:
-        spec = load_spec(args)
-    except SpecError as exc:
-        print(f"labcheck: {exc}", file=sys.stderr)
+    spec = open_spec(parser, args, "labcheck")
+    if spec is None:
         return EXIT_USAGE
-    if factory is None:
-        from .kube import factory as kube_factory
-
-        factory = kube_factory(spec.timeouts.api_seconds)
+    factory = cluster_factory(spec, factory)
     run_id = run_id or secrets.token_hex(4)
     ctx = RunContext(spec=spec, factory=factory, clock=clock or SystemClock(), run_id=run_id)
     reporter = TerminalReporter(out, tty=out.isatty())

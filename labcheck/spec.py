@@ -30,12 +30,17 @@ GpuPolicy = Literal["binpack", "spread", "topology-aware", "mutex"]
 
 PULUMI_TIMEOUT_SECONDS = 120
 # What `pulumi stack output` says of a stack that no `pulumi up` has finished yet (upstream
-# fact `pulumi-stack-output-not-up-yet`): the spec comes from that update, so say so.
-NOT_UP_YET = ("does not have output property 'labcheckSpec'", "no stack named ")
+# fact `pulumi-stack-output-not-up-yet`): the outputs come from that update, so say so.
+NOT_UP_YET = ("does not have output property '", "no stack named ")
 
 
 class SpecError(Exception):
     """The spec could not be loaded or is invalid; the message is safe to print."""
+
+
+class NotUpYet(SpecError):
+    """`pulumi stack output` found no stack, or not the output asked for: no `pulumi up` has
+    finished. Each caller adds what the user does next."""
 
 
 class _Model(BaseModel):
@@ -241,12 +246,13 @@ def parse_spec(data: Any, source: str = "labcheckSpec") -> Spec:
 Runner = Callable[..., subprocess.CompletedProcess[str]]
 
 
-def pulumi_command(stack: str) -> list[str]:
+def pulumi_command(stack: str, output: str | None = "labcheckSpec") -> list[str]:
+    """`pulumi stack output` of one output, or of all of them as one JSON object (None)."""
     return [
         "pulumi",
         "stack",
         "output",
-        "labcheckSpec",
+        *([output] if output else []),
         "--show-secrets",
         "--json",
         "--stack",
@@ -254,9 +260,15 @@ def pulumi_command(stack: str) -> list[str]:
     ]
 
 
-def load_from_stack(stack: str, run: Runner = subprocess.run, cwd: str | None = None) -> Spec:
-    """Read the spec with the Pulumi CLI (the user's own login and passphrase)."""
-    cmd = pulumi_command(stack)
+def read_stack_output(
+    stack: str,
+    output: str | None = "labcheckSpec",
+    run: Runner = subprocess.run,
+    cwd: str | None = None,
+) -> str:
+    """The JSON text the Pulumi CLI prints (the user's own login and passphrase); SpecError,
+    NotUpYet before any `pulumi up`, with the CLI's last line of error and never a value."""
+    cmd = pulumi_command(stack, output)
     try:
         proc = run(
             cmd,
@@ -273,19 +285,24 @@ def load_from_stack(stack: str, run: Runner = subprocess.run, cwd: str | None = 
     if proc.returncode != 0:
         err = (proc.stderr or "").strip().splitlines()
         tail = err[-1] if err else f"exit code {proc.returncode}"
+        shown = " ".join(cmd[: cmd.index("--show-secrets")])
+        failed = f"'{shown} --stack {stack}' failed: {tail}"
+        if any(text in tail for text in NOT_UP_YET):
+            raise NotUpYet(failed)
+        raise SpecError(failed)
+    return proc.stdout
+
+
+def load_from_stack(stack: str, run: Runner = subprocess.run, cwd: str | None = None) -> Spec:
+    """Read the spec with the Pulumi CLI (the user's own login and passphrase)."""
+    try:
+        text = read_stack_output(stack, run=run, cwd=cwd)
+    except NotUpYet as exc:
         raise SpecError(
-            f"'{' '.join(cmd[:4])} --stack {stack}' failed: {tail}" + _hint(stack, tail)
-        )
-    return parse_spec(proc.stdout, f"stack {stack} output labcheckSpec")
-
-
-def _hint(stack: str, error: str) -> str:
-    if not any(text in error for text in NOT_UP_YET):
-        return ""
-    return (
-        f"\nThe spec is an output of the stack's `pulumi up`: bring the lab up first "
-        f"(make up STACK={stack}), or give a saved spec with --spec FILE."
-    )
+            f"{exc}\nThe spec is an output of the stack's `pulumi up`: bring the lab up first "
+            f"(make up STACK={stack}), or give a saved spec with --spec FILE."
+        ) from None
+    return parse_spec(text, f"stack {stack} output labcheckSpec")
 
 
 def load_from_file(path: str) -> Spec:

@@ -204,3 +204,39 @@ def test_capacity_needs_a_mix_and_runs_the_capacity_tool_on_the_stack(tmp_path: 
         "python -m capacity --stack lab --mix capacity/mixes/inference-heavy.yaml "
         "--report-dir reports/lab/capacity"
     )
+
+
+@pytest.mark.parametrize(
+    ("target", "variables", "then"),
+    [
+        ("kubeconfig", {}, "python -m labcheck.kubeconfigs --stack lab --dir kubeconfigs/lab"),
+        (
+            "kubeconfig",
+            {"TENANT": "tenant-a", "STACK": "dev"},
+            "python -m labcheck.kubeconfigs --stack dev --dir kubeconfigs/dev --tenant tenant-a",
+        ),
+        ("sharing", {}, "python -m labcheck.sharing --stack lab --report-dir reports/lab"),
+    ],
+)
+def test_kubeconfig_and_sharing_read_the_stack_outputs_with_the_passphrase(
+    target: str, variables: dict[str, str], then: str, tmp_path: Path
+):
+    """Both read secret outputs, which the CLI cannot decrypt without the passphrase: asked for
+    first, as `make up` does, and pulumi named when it is missing."""
+    log = tmp_path / "calls.log"
+    ready_venv(tmp_path, log)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    no_pulumi = make(target, tmp_path, bin_dir, PULUMI_CONFIG_PASSPHRASE="x")
+    assert (no_pulumi.returncode, no_pulumi.stdout) == (2, INSTALL_HINTS["pulumi"] + "\n")
+    fake(bin_dir, "pulumi", log)
+    no_passphrase = make(target, tmp_path, bin_dir)
+    assert no_passphrase.returncode == 2
+    assert "set PULUMI_CONFIG_PASSPHRASE (it encrypts the stack's secrets)" in no_passphrase.stdout
+    assert not log.exists()
+    # Make takes the environment's TENANT and STACK as its variables, as from the command line.
+    done = make(target, tmp_path, bin_dir, PULUMI_CONFIG_PASSPHRASE="x", **variables)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert log.read_text().split(" [")[0] == then
+    if target == "kubeconfig":  # only the tool's export lines: `eval "$(make -s kubeconfig)"`
+        assert done.stdout == ""
