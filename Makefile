@@ -110,7 +110,7 @@ test-host: $(VENV)/.installed
 
 # Mutation testing of the core modules ([tool.mutmut] in pyproject.toml) on a fresh copy in
 # mutants/; survivors judged equivalent are listed in tests/mutation-survivors.md. One module:
-# make mutation MUTANTS='labconfig.model.*'. Too slow for CI on 2 cores (README, Tests).
+# make mutation MUTANTS='labconfig.model.*'. Too slow for CI on 2 cores (docs/testing.md).
 MUTATION_CHILDREN ?= 2
 mutation: $(VENV)/.installed
 	rm -rf mutants
