@@ -21,10 +21,11 @@ EXTENDER_KUBE_BURST = 100
 # How long Bind waits for a held node lock instead of failing, for pods labelled as a PodGroup
 # (the capacity run's): a failed Bind waits out kube-scheduler's error backoff (1 s doubling to
 # 10 s), which made a 20-pod burst's last pod wait 30-50 s (docs/placement-time.md). HAMi's
-# default, set here so a changed default cannot switch it off; it must stay below the extender
-# httpTimeout HAMi's chart renders, or kube-scheduler gives up on the Bind first.
+# default, set here so a changed default cannot switch it off. It must stay below the
+# extender's httpTimeout in the kube-scheduler config HAMi's chart renders, or kube-scheduler
+# gives up on the Bind first; the chart owns that value, so labcheck's hami.extender-timeout
+# compares the two as deployed (upstream fact hami-chart-scheduler-config).
 NODE_LOCK_RETRY_SECONDS = 28
-CHART_EXTENDER_HTTP_TIMEOUT_SECONDS = 30  # charts/hami/templates/scheduler/configmap.yaml
 
 
 def nvml_mock_library_envs() -> tuple[list[dict[str, str]], list[dict[str, str]]]:

@@ -222,6 +222,14 @@ class KubeCluster:
                 out.append(item)
         return out
 
+    def get_config_map(self, namespace: str, name: str) -> Obj:
+        return self._json("GET", f"/api/v1/namespaces/{quote(namespace)}/configmaps/{quote(name)}")
+
+    def get_deployment(self, namespace: str, name: str) -> Obj:
+        return self._json(
+            "GET", f"/apis/apps/v1/namespaces/{quote(namespace)}/deployments/{quote(name)}"
+        )
+
     @staticmethod
     def _custom_path(group: str, version: str, plural: str, namespace: str | None) -> str:
         ns = f"/namespaces/{quote(namespace)}" if namespace else ""

@@ -4,7 +4,7 @@ checks one after another so each starts from a node with our pods already gone."
 from __future__ import annotations
 
 from ..runner import Check
-from . import gpu, isolation, konnectivity, management, tenant
+from . import extender, gpu, isolation, konnectivity, management, tenant
 
 API = ("tenant.api",)
 GPU = ("tenant.api", "nodes.joined", "hami.webhook")
@@ -70,6 +70,13 @@ ALL_CHECKS: tuple[Check, ...] = (
         "Port-forward through Konnectivity",
         konnectivity.port_forward,
         requires=("nodes.joined",),
+    ),
+    # Read only, before the GPU pods: whether kube-scheduler outwaits a Bind held on a node lock.
+    Check(
+        "hami.extender-timeout",
+        "Extender httpTimeout outlasts the node-lock retry",
+        extender.extender_timeout,
+        requires=API,
     ),
     Check(
         "hami.webhook",

@@ -13,6 +13,8 @@ What runs, and what it must say:
   server to real kubelets), gpu.inventory (the agent's registration), isolation.cross-tenant
   (each tenant's admin credentials unknown to the other's real API server: 401),
   gpu.placement (what the cards hold now);
+- hami.extender-timeout FAILS (no hami-scheduler Deployment to read the chart's extender
+  config from);
 - hami.webhook FAILS as on any host without HAMi (no ready endpoint of its Service), and every
   check that requires it is SKIPPED with `blocked: hami.webhook (<tenant>) fail`: labcheck's
   one way of saying a prerequisite is missing; isolation.gpu-placement skips (no GPU pod placed);
@@ -136,7 +138,11 @@ def test_the_run_ends_failed_only_for_hami_and_leaves_nothing(
 ):
     report, found = labcheck_run["report"], results(labcheck_run)
     bad = sorted(key for key, r in found.items() if r["status"] in ("fail", "error"))
-    assert bad == [("hami.webhook", t) for t in TENANTS], labcheck_run["stdout"]
+    without_hami = ("hami.extender-timeout", "hami.webhook")
+    assert bad == sorted((c, t) for c in without_hami for t in TENANTS), labcheck_run["stdout"]
+    for tenant in TENANTS:  # read from the chart's objects, which only HAMi's release makes
+        said = json.dumps(found[("hami.extender-timeout", tenant)])
+        assert "Deployment kube-system/hami-scheduler" in said and "not found" in said, said
     assert (labcheck_run["returncode"], report["ok"]) == (1, False)
     assert {check for check, _ in found} == {*SELECTED, "cleanup"}
     assert labcheck_run["seconds"] < RUN_SECONDS

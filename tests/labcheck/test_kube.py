@@ -231,3 +231,16 @@ def test_endpoint_slices_are_listed_by_their_service_label(cluster):
         "https://10.0.0.1:6443/apis/discovery.k8s.io/v1/namespaces/kube-system/endpointslices"
         "?labelSelector=kubernetes.io/service-name%3Dhami-scheduler"
     )
+
+
+def test_the_hami_scheduler_deployment_and_config_map_are_read_with_get(cluster):
+    http = install(cluster, (200, {"kind": "Deployment"}), (200, {"data": {"config.yaml": ""}}))
+    assert cluster.get_deployment("kube-system", "hami-scheduler") == {"kind": "Deployment"}
+    assert cluster.get_config_map("kube-system", "hami-scheduler") == {"data": {"config.yaml": ""}}
+    assert [(r.method, r.url) for r in http.requests] == [
+        (
+            "GET",
+            "https://10.0.0.1:6443/apis/apps/v1/namespaces/kube-system/deployments/hami-scheduler",
+        ),
+        ("GET", "https://10.0.0.1:6443/api/v1/namespaces/kube-system/configmaps/hami-scheduler"),
+    ]

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from labcheck.cluster import ClusterError, server_of
 from labcheck.context import RunContext
 from labcheck.result import Result
@@ -80,6 +82,79 @@ def _node(name: str, cards: list[Obj] | None = None, ready: bool = True) -> Obj:
 
 PODMAX_IN_UNSCHEDULABLE_SECONDS = 300  # kube-scheduler podMaxInUnschedulablePodsDuration
 HAMI_NAMESPACE, HAMI_SERVICE = "kube-system", "hami-scheduler"
+# The extender flags the lab passes HAMi that bear on the timeouts (builders/hami.py).
+LAB_EXTENDER_ARGS = ("--node-lock-timeout=5m", "--node-lock-retry-timeout=28s")
+
+
+def scheduler_config(http_timeout: str | int | None = "30s", *, legacy: bool = False) -> str:
+    """kube-scheduler's config with one binding extender, as HAMi's chart wires it: a
+    KubeSchedulerConfiguration (httpTimeout a Go duration), or the legacy Policy JSON (an
+    integer of nanoseconds). None leaves httpTimeout out."""
+    extender: Obj = {"urlPrefix": "https://127.0.0.1:443", "filterVerb": "filter"}
+    extender["bindVerb"] = "bind"
+    if http_timeout is not None:
+        extender["httpTimeout"] = http_timeout
+    if legacy:
+        return json.dumps({"kind": "Policy", "apiVersion": "v1", "extenders": [extender]})
+    doc = {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "profiles": [{"schedulerName": "hami-scheduler"}],
+        "extenders": [extender],
+    }
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
+def scheduler_deployment(
+    extender_args: tuple[str, ...] | list[str] = LAB_EXTENDER_ARGS, *, legacy: bool = False
+) -> Obj:
+    """HAMi's scheduler Deployment: kube-scheduler reading its config from the ConfigMap
+    mounted at /config, and the extender with the flags the lab passes."""
+    config = (
+        "--policy-config-file=/config/config.json" if legacy else "--config=/config/config.yaml"
+    )
+    return {
+        "metadata": {"name": HAMI_SERVICE, "namespace": HAMI_NAMESPACE},
+        "spec": {
+            "template": {
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "kube-scheduler",
+                            "command": ["kube-scheduler", config, "-v=4"],
+                            "volumeMounts": [{"name": "scheduler-config", "mountPath": "/config"}],
+                        },
+                        {
+                            "name": "vgpu-scheduler-extender",
+                            "command": ["scheduler", "--http_bind=0.0.0.0:443", *extender_args],
+                        },
+                    ],
+                    "volumes": [
+                        {"name": "scheduler-config", "configMap": {"name": HAMI_SERVICE}},
+                        {"name": "device-config", "configMap": {"name": f"{HAMI_SERVICE}-device"}},
+                    ],
+                }
+            }
+        },
+    }
+
+
+def install_scheduler(
+    server: FakeServer,
+    http_timeout: str | int | None = "30s",
+    extender_args: tuple[str, ...] | list[str] = LAB_EXTENDER_ARGS,
+    *,
+    legacy: bool = False,
+) -> None:
+    """Replace a tenant's HAMi scheduler Deployment and its kube-scheduler ConfigMap."""
+    key = "config.json" if legacy else "config.yaml"
+    server.deployments[(HAMI_NAMESPACE, HAMI_SERVICE)] = scheduler_deployment(
+        extender_args, legacy=legacy
+    )
+    server.config_maps[(HAMI_NAMESPACE, HAMI_SERVICE)] = {
+        "metadata": {"name": HAMI_SERVICE, "namespace": HAMI_NAMESPACE},
+        "data": {key: scheduler_config(http_timeout, legacy=legacy)},
+    }
 
 
 @dataclass
@@ -173,6 +248,8 @@ class FakeServer:
         self.quotas: dict[tuple[str, str], Obj] = {}
         self.custom: dict[tuple[str, str, str, str], Obj] = {}
         self.workloads: dict[str, list[Obj]] = {}
+        self.deployments: dict[tuple[str, str], Obj] = {}
+        self.config_maps: dict[tuple[str, str], Obj] = {}
         self.calls: list[tuple[str, tuple]] = []
         self.foreign_calls: list[tuple[str, tuple]] = []
         self.deleted: list[tuple[str, str]] = []
@@ -319,6 +396,16 @@ class FakeServer:
 
     def list_workloads(self, namespace: str) -> list[Obj]:
         return copy.deepcopy(self.workloads.get(namespace, []))
+
+    def get_deployment(self, namespace: str, name: str) -> Obj:
+        if (namespace, name) not in self.deployments:
+            raise ClusterError(404, f'deployments.apps "{name}" not found')
+        return copy.deepcopy(self.deployments[(namespace, name)])
+
+    def get_config_map(self, namespace: str, name: str) -> Obj:
+        if (namespace, name) not in self.config_maps:
+            raise ClusterError(404, f'configmaps "{name}" not found')
+        return copy.deepcopy(self.config_maps[(namespace, name)])
 
     def get_custom(
         self, group: str, version: str, plural: str, name: str, namespace: str | None = None
@@ -645,6 +732,7 @@ class FakeLab:
         full = [{**c, "count": c.get("count", 10)} for c in cards]
         s.nodes[node] = _node(node, full)
         s.namespaces.update({n: {"metadata": {"name": n}} for n in ("default", "kube-system")})
+        install_scheduler(s)
         self.mgmt.custom[("tenantcontrolplanes", name, name, "kamaji.clastix.io")] = {
             "metadata": {"name": name, "namespace": name},
             "spec": {"kubernetes": {"version": "v1.35.0"}},
