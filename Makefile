@@ -6,10 +6,11 @@ STACK ?= lab
 STATE_DIR := $(HOME)/.pulumi-kamaji-hami-lab
 
 .PHONY: up preview destroy test test-real test-host lint check capacity up-ready preview-ready destroy-ready mutation \
-	kubeconfig sharing outputs-ready
+	kubeconfig sharing outputs-ready stack
 
 # What each tool is for the targets below, and how to install it. A target that needs tools
 # names them with $(call require,...): one line per missing tool, before anything else runs.
+# Both messages go to stderr: `eval "$(make -s kubeconfig)"` runs only what the tool prints.
 INSTALL_pulumi  := curl -fsSL https://get.pulumi.com | sh
 INSTALL_kind    := go install sigs.k8s.io/kind@v0.31.0 (or curl -Lo kind https://kind.sigs.k8s.io/dl/v0.31.0/kind-linux-amd64)
 INSTALL_docker  := Docker Engine, rootful: https://docs.docker.com/engine/install/
@@ -18,9 +19,9 @@ INSTALL_curl    := e.g. sudo apt-get install curl
 INSTALL_git     := e.g. sudo apt-get install git
 INSTALL_helm    := Helm 3: https://helm.sh/docs/intro/install/
 INSTALL_python3 := Python >= 3.11 with venv, e.g. sudo apt-get install python3 python3-venv
-require = @missing=0; $(foreach t,$(1),command -v $(t) >/dev/null 2>&1 || { echo "missing $(t): $(INSTALL_$(t))"; missing=1; };) exit $$missing
+require = @missing=0; $(foreach t,$(1),command -v $(t) >/dev/null 2>&1 || { echo "missing $(t): $(INSTALL_$(t))" >&2; missing=1; };) exit $$missing
 need_passphrase = @test -n "$$PULUMI_CONFIG_PASSPHRASE" || { \
-	  echo "set PULUMI_CONFIG_PASSPHRASE (it encrypts the stack's secrets)"; exit 1; }
+	  echo "set PULUMI_CONFIG_PASSPHRASE (it encrypts the stack's secrets)" >&2; exit 1; }
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	python3 -m venv $(VENV)
@@ -63,13 +64,20 @@ destroy-ready:
 destroy: destroy-ready
 	PULUMI_K8S_DELETE_UNREACHABLE=true pulumi destroy --refresh --stack $(STACK) $(ARGS)
 
-check: $(VENV)/.installed
+check: outputs-ready $(VENV)/.installed
 	$(PY) -m labcheck --stack $(STACK)
 
-# What `make kubeconfig` and `make sharing` read: the stack's outputs, secrets included.
+# What opens the stack: `make stack`, and the stack's outputs (secrets included) that
+# `make check`, `capacity`, `kubeconfig` and `sharing` read.
 outputs-ready:
 	$(call require,pulumi)
 	$(need_passphrase)
+
+# Select (or create) the stack, as `make up` does first: `pulumi config set --stack $(STACK)`
+# needs the stack, and a fresh checkout has none before its first `make up`.
+stack: outputs-ready
+	mkdir -p $(STATE_DIR)
+	pulumi stack select --create $(STACK)
 
 # Each tenant's admin kubeconfig from the stack's outputs, owner-only, in kubeconfigs/<stack>/;
 # prints an `export KUBECONFIG=...` line per tenant (TENANT=<name> for one).
@@ -83,8 +91,8 @@ sharing: outputs-ready $(VENV)/.installed
 	$(PY) -m labcheck.sharing --stack $(STACK) --report-dir reports/$(STACK)
 
 # A capacity run of a workload mix against the running lab (docs/capacity.md).
-capacity: $(VENV)/.installed
-	@test -n "$(MIX)" || { echo "set MIX=<mix file>, e.g. MIX=capacity/mixes/inference-heavy.yaml"; exit 2; }
+capacity: outputs-ready $(VENV)/.installed
+	@test -n "$(MIX)" || { echo "set MIX=<mix file>, e.g. MIX=capacity/mixes/inference-heavy.yaml" >&2; exit 2; }
 	$(PY) -m capacity --stack $(STACK) --mix $(MIX) --report-dir reports/$(STACK)/capacity $(ARGS)
 
 lint: $(VENV)/.installed

@@ -69,9 +69,13 @@ def _tenant_version(text: str) -> tuple[str, str]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description="Check this host for the kamaji-hami-lab.")
+    parser = argparse.ArgumentParser(
+        prog="python -m preflight", description="Check this host for the kamaji-hami-lab."
+    )
     parser.add_argument("--stack", help="read the plan from this stack (pulumi config, state)")
-    parser.add_argument("--tenants", type=int)
+    parser.add_argument(
+        "--tenants", type=int, help="tenants in the lab (one control plane each); with --workers"
+    )
     parser.add_argument("--workers", type=int, help="container workers in all tenants")
     parser.add_argument(
         "--kube-proxy-version",
@@ -91,8 +95,18 @@ def _parser() -> argparse.ArgumentParser:
         "--management-version", help="the kind management cluster's Kubernetes version"
     )
     parser.add_argument("--network", default="kamaji-hami-lab", help="the lab's Docker network")
-    parser.add_argument("--subnet", default="172.30.0.0/16")
-    parser.add_argument("--kind-cluster", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument(
+        "--subnet",
+        default="172.30.0.0/16",
+        help="the lab network's subnet: no host route or other Docker network in it (%(default)s)",
+    )
+    parser.add_argument(
+        "--kind-cluster",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the management cluster is kind on this host (managementMode kind); "
+        "--no-kind-cluster for an existing one",
+    )
     parser.add_argument(
         "--kamaji-charts",
         action=argparse.BooleanOptionalAction,

@@ -110,6 +110,11 @@ def header(name: str) -> str:
     return text[: text.index("apiVersion:")]
 
 
+def prose(name: str) -> str:
+    """The header as one line of text: its comment marks dropped, its lines joined."""
+    return " ".join(line.lstrip("#").strip() for line in header(name).splitlines())
+
+
 def test_the_examples_are_these_four():
     assert sorted(p.name for p in EXAMPLES.iterdir()) == sorted(TENANT_OF)
 
@@ -121,6 +126,7 @@ def test_each_header_says_how_to_apply_it_and_the_pods_are_hamis(name: str):
     command that applies this very file."""
     text = header(name)
     assert all(line.startswith("#") for line in text.splitlines()), "a comment header first"
+    assert "export PULUMI_CONFIG_PASSPHRASE=" in text  # make kubeconfig opens the stack
     assert f"make kubeconfig TENANT={TENANT_OF[name]}" in text
     assert f"kubectl apply -f examples/{name}" in text
     assert "Expect:" in text
@@ -146,6 +152,10 @@ def test_four_pods_share_tenant_a_s_one_a100():
     assert card.largest_free_mb() == 0  # cores all taken: a fifth pod stays Pending
     text = header(SHARE)
     assert "1920 MB and 0% cores free" in text and "80000/81920 MB" in text
+    # A fifth pod: past the quota's remainder it is refused at admission, within it Pending.
+    left = quota_mb("tenant-a") - sum(a.quota_mb for a in share)
+    assert left == 1920 and not card.fits(left, 0)
+    assert f"one asking more than {left} MB is refused at `kubectl apply`" in prose(SHARE)
 
 
 @pytest.mark.upstream("hami-allocated-annotation-multi-card")
@@ -186,5 +196,7 @@ def test_only_the_quota_example_exceeds_its_tenant_s_gpu_quota():
     text = header(OVER_QUOTA)
     assert f"{limit} MB" in text and f"= {over.quota_mb} MB" in text
     assert f"{over.mem_mb} MB x {over.gpus} cards" in text
+    l4_mb = max(c.devmem for c in cards("tenant-b"))
+    assert over.mem_mb > l4_mb and f"more than an L4 holds ({l4_mb} MB)" in prose(OVER_QUOTA)
     assert f"{both.mem_mb} MB x {both.gpus} cards = {both.quota_mb} MB" in header(BOTH_L4)
     assert f"{both.quota_mb + large.quota_mb} with" in header(TOO_LARGE)

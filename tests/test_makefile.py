@@ -45,15 +45,22 @@ def fake(bin_dir: Path, name: str, log: Path, exit_code: int = 0) -> None:
     path.chmod(0o755)
 
 
-def make(target: str, tmp_path: Path, bin_dir: Path, **env: str) -> subprocess.CompletedProcess:
+def make(
+    target: str, tmp_path: Path, bin_dir: Path, *flags: str, **env: str
+) -> subprocess.CompletedProcess:
     venv = tmp_path / "venv"
     return subprocess.run(
-        [MAKE, "--no-print-directory", "-C", str(PROJECT_DIR), target, f"VENV={venv}"],
+        [MAKE, "--no-print-directory", *flags, "-C", str(PROJECT_DIR), target, f"VENV={venv}"],
         env={"PATH": str(bin_dir), "HOME": str(tmp_path / "home"), **env},
         capture_output=True,
         text=True,
         timeout=60,
     )
+
+
+def messages(done: subprocess.CompletedProcess) -> list[str]:
+    """What the recipes wrote to stderr, without make's own `make: *** [...] Error` line."""
+    return [line for line in done.stderr.splitlines() if not line.startswith("make: ")]
 
 
 def ready_venv(tmp_path: Path, log: Path, preflight_exit: int = 0) -> None:
@@ -68,7 +75,7 @@ def test_up_without_any_tool_prints_one_line_per_tool_and_does_nothing(tmp_path:
     empty.mkdir()
     done = make("up", tmp_path, empty, PULUMI_CONFIG_PASSPHRASE="x")
     assert done.returncode == 2
-    assert done.stdout.splitlines() == [
+    assert messages(done) == [
         INSTALL_HINTS[t]
         for t in ("pulumi", "kind", "docker", "kubectl", "curl", "git", "helm", "python3")
     ]
@@ -82,7 +89,7 @@ def test_up_names_only_the_tools_that_are_missing(tmp_path: Path):
         fake(bin_dir, tool, log)
     done = make("up", tmp_path, bin_dir, PULUMI_CONFIG_PASSPHRASE="x")
     assert done.returncode == 2
-    assert done.stdout.splitlines() == [INSTALL_HINTS["docker"], INSTALL_HINTS["kubectl"]]
+    assert messages(done) == [INSTALL_HINTS["docker"], INSTALL_HINTS["kubectl"]]
     assert not log.exists()  # no tool ran
 
 
@@ -104,7 +111,7 @@ def test_up_and_preview_ask_for_the_passphrase_before_they_create_anything(
     log = tmp_path / "calls.log"
     done = make(target, tmp_path, tools_on_path(tmp_path, log))
     assert done.returncode == 2
-    assert "set PULUMI_CONFIG_PASSPHRASE (it encrypts the stack's secrets)" in done.stdout
+    assert "set PULUMI_CONFIG_PASSPHRASE (it encrypts the stack's secrets)" in done.stderr
     assert not log.exists() and not (tmp_path / "venv").exists()
 
 
@@ -162,7 +169,7 @@ def test_destroy_without_pulumi_says_how_to_install_it(tmp_path: Path):
     empty = tmp_path / "bin"
     empty.mkdir()
     done = make("destroy", tmp_path, empty, PULUMI_CONFIG_PASSPHRASE="x")
-    assert (done.returncode, done.stdout.splitlines()) == (2, [INSTALL_HINTS["pulumi"]])
+    assert (done.returncode, messages(done)) == (2, [INSTALL_HINTS["pulumi"]])
 
 
 def test_preview_without_any_tool_names_git_and_helm_too(tmp_path: Path):
@@ -172,9 +179,7 @@ def test_preview_without_any_tool_names_git_and_helm_too(tmp_path: Path):
     empty.mkdir()
     done = make("preview", tmp_path, empty, PULUMI_CONFIG_PASSPHRASE="x")
     assert done.returncode == 2
-    assert done.stdout.splitlines() == [
-        INSTALL_HINTS[t] for t in ("pulumi", "git", "helm", "python3")
-    ]
+    assert messages(done) == [INSTALL_HINTS[t] for t in ("pulumi", "git", "helm", "python3")]
     assert not (tmp_path / "venv").exists() and not (tmp_path / "home").exists()
 
 
@@ -185,25 +190,19 @@ def test_preview_names_only_the_tools_that_are_missing(tmp_path: Path):
         fake(bin_dir, tool, log)
     done = make("preview", tmp_path, bin_dir, PULUMI_CONFIG_PASSPHRASE="x")
     assert done.returncode == 2
-    assert done.stdout.splitlines() == [INSTALL_HINTS["git"], INSTALL_HINTS["helm"]]
+    assert messages(done) == [INSTALL_HINTS["git"], INSTALL_HINTS["helm"]]
     assert not log.exists()
 
 
-def test_capacity_needs_a_mix_and_runs_the_capacity_tool_on_the_stack(tmp_path: Path):
+def test_capacity_needs_a_mix(tmp_path: Path):
     log = tmp_path / "calls.log"
     ready_venv(tmp_path, log)
     bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    without = make("capacity", tmp_path, bin_dir)
+    fake(bin_dir, "pulumi", log)
+    without = make("capacity", tmp_path, bin_dir, PULUMI_CONFIG_PASSPHRASE="x")
     assert without.returncode == 2
-    assert "set MIX=<mix file>" in without.stdout
+    assert "set MIX=<mix file>" in without.stderr
     assert not log.exists()
-    done = make("capacity", tmp_path, bin_dir, MIX="capacity/mixes/inference-heavy.yaml")
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert log.read_text().split(" [")[0] == (
-        "python -m capacity --stack lab --mix capacity/mixes/inference-heavy.yaml "
-        "--report-dir reports/lab/capacity"
-    )
 
 
 @pytest.mark.parametrize(
@@ -216,23 +215,31 @@ def test_capacity_needs_a_mix_and_runs_the_capacity_tool_on_the_stack(tmp_path: 
             "python -m labcheck.kubeconfigs --stack dev --dir kubeconfigs/dev --tenant tenant-a",
         ),
         ("sharing", {}, "python -m labcheck.sharing --stack lab --report-dir reports/lab"),
+        ("check", {}, "python -m labcheck --stack lab"),
+        (
+            "capacity",
+            {"MIX": "capacity/mixes/inference-heavy.yaml"},
+            "python -m capacity --stack lab --mix capacity/mixes/inference-heavy.yaml "
+            "--report-dir reports/lab/capacity",
+        ),
     ],
 )
-def test_kubeconfig_and_sharing_read_the_stack_outputs_with_the_passphrase(
+def test_the_targets_that_read_the_stack_outputs_ask_for_pulumi_and_the_passphrase(
     target: str, variables: dict[str, str], then: str, tmp_path: Path
 ):
-    """Both read secret outputs, which the CLI cannot decrypt without the passphrase: asked for
-    first, as `make up` does, and pulumi named when it is missing."""
+    """Each reads secret outputs (kubeconfigs, labcheckSpec), which the CLI cannot decrypt
+    without the passphrase: asked for first, as `make up` does, and pulumi named when it is
+    missing."""
     log = tmp_path / "calls.log"
     ready_venv(tmp_path, log)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     no_pulumi = make(target, tmp_path, bin_dir, PULUMI_CONFIG_PASSPHRASE="x")
-    assert (no_pulumi.returncode, no_pulumi.stdout) == (2, INSTALL_HINTS["pulumi"] + "\n")
+    assert (no_pulumi.returncode, messages(no_pulumi)) == (2, [INSTALL_HINTS["pulumi"]])
     fake(bin_dir, "pulumi", log)
     no_passphrase = make(target, tmp_path, bin_dir)
     assert no_passphrase.returncode == 2
-    assert "set PULUMI_CONFIG_PASSPHRASE (it encrypts the stack's secrets)" in no_passphrase.stdout
+    assert "set PULUMI_CONFIG_PASSPHRASE (it encrypts the stack's secrets)" in no_passphrase.stderr
     assert not log.exists()
     # Make takes the environment's TENANT and STACK as its variables, as from the command line.
     done = make(target, tmp_path, bin_dir, PULUMI_CONFIG_PASSPHRASE="x", **variables)
@@ -240,3 +247,42 @@ def test_kubeconfig_and_sharing_read_the_stack_outputs_with_the_passphrase(
     assert log.read_text().split(" [")[0] == then
     if target == "kubeconfig":  # only the tool's export lines: `eval "$(make -s kubeconfig)"`
         assert done.stdout == ""
+
+
+@pytest.mark.parametrize("target", ["kubeconfig", "sharing", "check", "stack"])
+def test_the_missing_tool_and_passphrase_messages_go_to_stderr(target: str, tmp_path: Path):
+    """`eval "$(make -s kubeconfig TENANT=...)"` runs what make prints on stdout: a message
+    there would be run as a command. Without pulumi, then without the passphrase, stdout stays
+    empty and the message is on stderr."""
+    log = tmp_path / "calls.log"
+    ready_venv(tmp_path, log)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    no_pulumi = make(target, tmp_path, bin_dir, "-s", TENANT="tenant-a")
+    assert (no_pulumi.returncode, no_pulumi.stdout) == (2, "")
+    assert messages(no_pulumi) == [INSTALL_HINTS["pulumi"]]
+    fake(bin_dir, "pulumi", log)
+    no_passphrase = make(target, tmp_path, bin_dir, "-s", TENANT="tenant-a")
+    assert (no_passphrase.returncode, no_passphrase.stdout) == (2, "")
+    assert messages(no_passphrase) == [
+        "set PULUMI_CONFIG_PASSPHRASE (it encrypts the stack's secrets)"
+    ]
+    assert not log.exists()
+
+
+@pytest.mark.parametrize("stack", ["lab", "nvml"])
+def test_stack_selects_or_creates_the_stack_for_pulumi_config_set(stack: str, tmp_path: Path):
+    """`pulumi config set --stack lab` before the first `make up` fails on a fresh checkout: no
+    stack yet, and the local backend's directory missing. `make stack` makes both, as `make up`
+    does first, with nothing else (no venv, no preflight)."""
+    log = tmp_path / "calls.log"
+    bin_dir = tmp_path / "bin"
+    fake(bin_dir, "pulumi", log)
+    (bin_dir / "mkdir").symlink_to(shutil.which("mkdir"))
+    done = make("stack", tmp_path, bin_dir, PULUMI_CONFIG_PASSPHRASE="x", STACK=stack)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert log.read_text().splitlines() == [
+        f"pulumi stack select --create {stack} [unreachable=unset]"
+    ]
+    assert (tmp_path / "home" / ".pulumi-kamaji-hami-lab").is_dir()
+    assert not (tmp_path / "venv").exists()

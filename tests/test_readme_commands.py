@@ -1,17 +1,23 @@
 """Every command the README gives names something that exists: a Make target of the Makefile, a
-Python module of the repository, a file or folder of the checkout. Read statically: nothing runs.
+Python module of the repository, a file or folder of the checkout. The commands are read, never run.
 
 Commands come from the README's shell code blocks (every line, `\\` continuations joined) and
-from inline code that starts with `make ` or `.venv/bin/python -m `."""
+from inline code that starts with `make ` or `.venv/bin/python -m `. The output the README shows
+for `make sharing` is the tool's own, run on the fake lab."""
 
 from __future__ import annotations
 
+import io
+import json
 import re
 import shlex
 from pathlib import Path
 
 import pytest
+import yaml
 
+from labcheck.sharing import main as sharing_main
+from tests.support.labcheck_fakes import hami_pod, standard_lab
 from tests.support.pulumi_harness import PROJECT_DIR
 
 SHELL_BLOCK = re.compile(r"^```(?:bash|sh|shell|console)\n(.*?)^```", re.M | re.S)
@@ -191,3 +197,32 @@ def test_paths_in_make_variables_and_outputs():
 def test_make_targets_are_rules_not_assignments():
     makefile = "STATE_DIR := x\nVENV ?= .venv\nup: up-ready $(VENV)/.installed\n\tpulumi up\n"
     assert make_targets(makefile) == {"up"}
+
+
+def test_the_readme_shows_what_make_sharing_prints_after_examples_1_and_2(tmp_path, monkeypatch):
+    """The README's `make sharing` text is the tool's own output (its time left out) for the
+    pods of examples/1 and examples/2 as HAMi places them on the lab stack's cards, from the
+    fake lab's API servers: no pod the examples do not create."""
+    section = README[README.index("### See the sharing") :]
+    shown = re.search(r"^```\n(GPU sharing in stack lab, .*?)^```", section, re.M | re.S)
+    assert shown, "no `make sharing` output under See the sharing"
+    lab = standard_lab()
+    for name, tenant in [
+        ("1-four-pods-share-one-a100.yaml", "tenant-a"),
+        ("2-one-pod-on-both-l4.yaml", "tenant-b"),
+    ]:
+        node = f"{tenant}-worker-1"
+        for pod in yaml.safe_load_all((PROJECT_DIR / "examples" / name).read_text()):
+            limits = pod["spec"]["containers"][0]["resources"]["limits"]
+            mem, cores = limits["nvidia.com/gpumem"], limits.get("nvidia.com/gpucores", 0)
+            cards = range(int(limits["nvidia.com/gpu"]))
+            slices = ":".join(f"GPU-{node}-{i},NVIDIA,{mem},{cores}" for i in cards) + ":;"
+            lab.tenant(tenant).add_placed_pod(
+                hami_pod(pod["metadata"]["namespace"], pod["metadata"]["name"], node, slices)
+            )
+    (tmp_path / "spec.json").write_text(json.dumps(lab.spec))
+    monkeypatch.chdir(tmp_path)  # `make sharing` passes --report-dir reports/<stack>
+    out = io.StringIO()
+    argv = ["--spec", "spec.json", "--report-dir", "reports/lab"]
+    assert sharing_main(argv, out=out, factory=lab.factory, when="<time>") == 0
+    assert out.getvalue() == shown.group(1)
