@@ -274,4 +274,4 @@ def test_a_failure_report_shows_the_nodes_kubelet_journal_units_and_output(
     assert "kubelet" in journal and "(nothing)" not in journal, journal
     assert f"=== {name}: failed systemd units" in text
     output = text.split(f"=== {name}: container output")[1].split("\n=== ")[0]
-    assert "containerd" in output, output  # systemd's console, as `docker logs` keeps it
+    assert re.search(r"Reached target|Started|Finished", output), output  # systemd's console
