@@ -22,7 +22,7 @@ DOCKERD_LOG_BYTES = 4000
 COMMAND_TIMEOUT_SECONDS = 15
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, order=True)
 class Container:
     name: str
     command: str  # as `docker ps --no-trunc` shows it
@@ -77,7 +77,15 @@ def dockerd_tail(log: Path | None) -> str:
 
 
 def report(docker: Docker, dockerd_log: Path | None) -> str:
-    """The whole report for a failed test, from what runs at the moment of the failure."""
+    """The whole report for a failed test, from what runs at the moment of the failure; a
+    report that cannot be made says why instead of failing the test session."""
+    try:
+        return _report(docker, dockerd_log)
+    except Exception as error:  # the test's own failure must still be shown
+        return f"=== no diagnostics: {type(error).__name__}: {error}"
+
+
+def _report(docker: Docker, dockerd_log: Path | None) -> str:
     containers = running_containers(docker)
     parts = [node_report(docker, c.name) for c in containers if c.is_node]
     parts += [container_report(docker, c.name) for c in containers if not c.is_node]

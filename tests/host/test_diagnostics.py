@@ -20,6 +20,47 @@ def test_kind_nodes_are_told_by_kinds_entrypoint():
     assert not Container("tenant-a-apiserver", '"/bin/kube-apiserver --v=1"').is_node
 
 
+class ListingDocker:
+    """`docker ps` as diagnostics.py asks it, answered with fixed rows."""
+
+    def __init__(self, stdout: str = "", fail: bool = False) -> None:
+        self.stdout, self.fail = stdout, fail
+
+    def run(self, *args: str, **_: Any) -> SimpleNamespace:
+        if self.fail:
+            raise OSError("the daemon went away")
+        if args[0] == "ps":
+            return SimpleNamespace(stdout=self.stdout, stderr="")
+        return SimpleNamespace(stdout=f"output of {args[-1]}", stderr="")
+
+
+def test_several_containers_are_listed_by_name_nodes_and_others_apart():
+    rows = (
+        'tenant-b-worker-1\t"/usr/local/bin/entrypoint /sbin/init"\n'
+        'tenant-a-apiserver\t"/bin/kube-apiserver"\n'
+        'tenant-a-worker-1\t"/usr/local/bin/entrypoint /sbin/init"\n'
+    )
+    docker = ListingDocker(rows)
+    found = diagnostics.running_containers(docker)  # type: ignore[arg-type]
+    assert [c.name for c in found] == [
+        "tenant-a-apiserver",
+        "tenant-a-worker-1",
+        "tenant-b-worker-1",
+    ]
+    text = diagnostics.report(docker, None)  # type: ignore[arg-type]
+    assert (
+        text.index("=== tenant-a-worker-1: kubelet journal")
+        < text.index("=== tenant-b-worker-1: kubelet journal")
+        < text.index("=== tenant-a-apiserver: container output")
+    )
+    assert "tenant-a-apiserver: kubelet journal" not in text
+
+
+def test_a_report_that_cannot_be_made_says_why():
+    text = diagnostics.report(ListingDocker(fail=True), None)  # type: ignore[arg-type]
+    assert text == "=== no diagnostics: OSError: the daemon went away"
+
+
 def test_the_dockerd_tail_is_the_logs_last_bytes(tmp_path: Path):
     log = tmp_path / "dockerd.log"
     log.write_text("old line\n" * 1000 + "the last line\n")
