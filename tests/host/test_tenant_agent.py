@@ -220,18 +220,28 @@ def now() -> datetime:
     return datetime.now(UTC)
 
 
-def test_a_kubelet_restart_keeps_the_registration_and_the_kubelets_capacity(
+@pytest.mark.upstream("kubelet-zeroes-extended-resources-of-a-recreated-node")
+def test_a_kubelet_restart_ends_with_the_registration_and_the_kubelets_capacity(
     tenants: TenantLab, agents: dict[str, float]
 ):
-    """With its device-plugin checkpoint in place a restarted kubelet keeps extended resources
-    (it zeroes them only for a re-created node): once the new kubelet has renewed its Lease and
-    written its status, the cards, nvidia.com/gpu and its own capacity are all there."""
+    """A restarted kubelet may zero nvidia.com/gpu (it does when its device-plugin folder holds
+    no checkpoint at the moment it registers, a race with its own socket; seen in some runs
+    and not in others). So: once the new kubelet has renewed its Lease and written its status,
+    the cards and nvidia.com/gpu are there or come back, and a zero the watch saw is followed
+    by the agent's value; the kubelet's own capacity is there throughout."""
     tenant, node = "tenant-b", "tenant-b-worker-2"
-    restarted = now()
-    tenants.docker.run("exec", node, "systemctl", "restart", "kubelet")
-    lease_renewed_after(tenants, tenant, node, restarted)
-    wait_status_written_after(tenants, tenant, node, restarted)
-    assert is_registered(tenants, tenant, node), registered(tenants, tenant, node)
+    gpus = expected(tenants, tenant, node)["gpus"]
+    watch = NodeWatch(tenants, tenant, node)
+    try:
+        restarted = now()
+        tenants.docker.run("exec", node, "systemctl", "restart", "kubelet")
+        lease_renewed_after(tenants, tenant, node, restarted)
+        wait_status_written_after(tenants, tenant, node, restarted)
+        wait_registered(tenants, tenant, node)
+        if any(v[1:] == ("0", "0") for v in watch.versions[1:]):
+            watch.zeroed_then_back(gpus)
+    finally:
+        watch.stop()
     assert_kubelet_capacity(tenants, tenant, node)
 
 
