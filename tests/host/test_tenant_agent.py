@@ -207,12 +207,14 @@ def ready_heartbeat(tenants: TenantLab, tenant: str, node: str) -> datetime:
     )
 
 
-def wait_status_written_after(tenants: TenantLab, tenant: str, node: str, after: datetime) -> None:
-    """The kubelet's first status write after `after` (its Ready heartbeat; seconds precision,
-    so strictly later than the second `after` falls in)."""
+def wait_status_written_since(tenants: TenantLab, tenant: str, node: str, before: datetime) -> None:
+    """The new kubelet's first status write: a Ready heartbeat newer than `before`, the one on
+    the Node before the restart. (Heartbeats have seconds only: a restarted kubelet writes its
+    status within the second it starts in, so "later than the restart's time" can miss the
+    write, and the next one comes only minutes later.)"""
     deadline = time.monotonic() + CONVERGE_SECONDS
-    while ready_heartbeat(tenants, tenant, node) <= after.replace(microsecond=0):
-        assert time.monotonic() < deadline, f"{node}: the kubelet wrote no status after {after}"
+    while ready_heartbeat(tenants, tenant, node) <= before:
+        assert time.monotonic() < deadline, f"{node}: the kubelet wrote no status since {before}"
         time.sleep(1)
 
 
@@ -233,10 +235,10 @@ def test_a_kubelet_restart_ends_with_the_registration_and_the_kubelets_capacity(
     gpus = expected(tenants, tenant, node)["gpus"]
     watch = NodeWatch(tenants, tenant, node)
     try:
-        restarted = now()
+        heartbeat, restarted = ready_heartbeat(tenants, tenant, node), now()
         tenants.docker.run("exec", node, "systemctl", "restart", "kubelet")
         lease_renewed_after(tenants, tenant, node, restarted)
-        wait_status_written_after(tenants, tenant, node, restarted)
+        wait_status_written_since(tenants, tenant, node, heartbeat)
         wait_registered(tenants, tenant, node)
         if any(v[1:] == ("0", "0") for v in watch.versions[1:]):
             watch.zeroed_then_back(gpus)
@@ -272,11 +274,12 @@ def test_a_worker_container_restart_is_repaired(tenants: TenantLab, agents: dict
     """`docker restart` of a worker: systemd boots again, the new kubelet renews its Lease and
     writes the Node's status with its joined credentials, and the cards are there after that."""
     tenant, node = "tenant-a", "tenant-a-worker-2"
+    heartbeat = ready_heartbeat(tenants, tenant, node)
     tenants.docker.run("restart", node)
     started = now()  # the container runs again: any Lease renewal from here is the new kubelet's
     assert wait_for_boot(tenants.docker, node) in ("running", "degraded")
     lease_renewed_after(tenants, tenant, node, started)
-    wait_status_written_after(tenants, tenant, node, started)
+    wait_status_written_since(tenants, tenant, node, heartbeat)
     deadline = time.monotonic() + CONVERGE_SECONDS
     while (tenants.node_ready(tenant, node) or {}).get("status") != "True":
         assert time.monotonic() < deadline, f"{node} not Ready after its restart"
