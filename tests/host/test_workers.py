@@ -11,6 +11,7 @@ test_node_image.py's; the leave script is test_management_cluster.py's.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -58,9 +59,21 @@ def create_as_the_provider(docker: Docker, attributes: dict[str, Any]) -> str:
     return container
 
 
+REMOVE_TIMEOUT_SECONDS = 90
+
+
 def remove_as_the_provider(docker: Docker, container: str) -> None:
-    """Delete with `remove_volumes` (the worker's anonymous /var volume goes with it)."""
-    docker.api("DELETE", f"/containers/{container}?v=1&force=1")
+    """Delete with `remove_volumes` (the worker's anonymous /var volume goes with it), until
+    the container is gone: under load a forced delete of a booted node can answer 409
+    ("removal ... already in progress") or 500 (its kill not yet seen), and a new container of
+    the same name would then meet the old one."""
+    deadline = time.monotonic() + REMOVE_TIMEOUT_SECONDS
+    while True:
+        status, _, body = docker.api("DELETE", f"/containers/{container}?v=1&force=1")
+        if status in (204, 404) and docker.api("GET", f"/containers/{container}/json")[0] == 404:
+            return
+        assert time.monotonic() < deadline, f"{container} not removed: {status} {body}"
+        time.sleep(1)
 
 
 def inspect(docker: Docker, container: str) -> dict[str, Any]:
