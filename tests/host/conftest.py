@@ -36,6 +36,7 @@ from images import busybox_image
 from node_image import Timings, build_node_image, publish
 from program import NETWORK_RESOURCE, CreatedNetwork, declared, lab_run
 from tenant_lab import TenantLab, tenant_lab
+from test_workers import remove_as_the_provider
 
 from tests.support.docker_readback import (
     negotiated_api_version,
@@ -78,8 +79,12 @@ def docker() -> Iterator[Docker]:
     finally:
         ACTIVE.clear()
         if daemon is not None:
-            started = time.monotonic()
-            daemon.stop()
+            try:  # before the stop: a removal the stop cuts off never completes
+                for container in docker.api("GET", "/containers/json?all=1")[2] or []:
+                    remove_as_the_provider(docker, container["Id"])
+            finally:
+                started = time.monotonic()
+                daemon.stop()
             TIMINGS["dockerd stop"] = time.monotonic() - started
 
 

@@ -323,8 +323,9 @@ def tenant_lab(docker: Docker, cache: Path, node_image: str, network: str) -> It
                 )
             yield lab
     finally:
-        for name in lab.workers:  # as the provider removes them (their /var volume too)
-            docker.run("rm", "-f", "-v", name, check=False)
+        for name in lab.workers:  # as the provider removes them, each until it is gone: a
+            # daemon stopped while a removal is in flight keeps the container "removing" for good
+            leftover(docker, name)
         for stand_in in lab.stand_ins.values():
             tenant_stand_in.stop(docker, stand_in)
 

@@ -72,7 +72,11 @@ def remove_as_the_provider(docker: Docker, container: str) -> None:
         status, _, body = docker.api("DELETE", f"/containers/{container}?v=1&force=1")
         if status in (204, 404) and docker.api("GET", f"/containers/{container}/json")[0] == 404:
             return
-        assert time.monotonic() < deadline, f"{container} not removed: {status} {body}"
+        assert time.monotonic() < deadline, (
+            f"{container} not removed: {status} {body} (a daemon stopped during a removal "
+            "leaves the container removing for good: with the tier's dockerd stopped, delete "
+            "its data root, ${XDG_CACHE_HOME:-~/.cache}/kamaji-hami-lab/host/docker)"
+        )
         time.sleep(1)
 
 
