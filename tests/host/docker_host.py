@@ -30,6 +30,7 @@ RUNTIME = "bounded-runc"
 DEFAULT_SOCKET = "/var/run/docker.sock"
 START_TIMEOUT_SECONDS = 90
 STOP_TIMEOUT_SECONDS = 40  # dockerd gives running containers 15 s (shutdown-timeout) first
+SHIM_STOP_TIMEOUT_SECONDS = 5
 SOCKET_PATH_MAX = 107  # sun_path is 108 bytes with its NUL
 # The environment as the session started (imported by conftest.py), before any fixture, the
 # hermetic tier's included, changed it.
@@ -266,6 +267,20 @@ def stop_pid(pid: int, marker: str, timeout: float = STOP_TIMEOUT_SECONDS) -> No
         time.sleep(0.1)
 
 
+def pids_naming(marker: str, proc: Path = Path("/proc")) -> list[int]:
+    """The processes whose command line names `marker` (not this one)."""
+    found = []
+    for entry in proc.iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().decode(errors="replace")
+            except OSError:
+                continue
+            if marker in cmdline:
+                found.append(int(entry.name))
+    return found
+
+
 def pid_in(pidfile: Path) -> int | None:
     try:
         return int(pidfile.read_text().strip())
@@ -330,7 +345,9 @@ class OwnDockerd:
         )
 
     def stop(self) -> None:
-        """Stops dockerd by its PID (it stops its containerd), then any containerd left."""
+        """Stops dockerd by its PID (it stops its containerd), then any containerd left, then
+        any shim of its containerd still running (one whose container's kill did not complete
+        outlives both, and the next daemon restores its container as running and unremovable)."""
         marker = str(self.paths.exec_root)
         if self.process is not None:
             stop_pid(self.process.pid, marker)
@@ -340,6 +357,8 @@ class OwnDockerd:
                 self.process.kill()
                 self.process.wait()
         self.stop_leftovers()
+        for pid in pids_naming(marker):
+            stop_pid(pid, marker, timeout=SHIM_STOP_TIMEOUT_SECONDS)
 
 
 def existing_daemon(host: str) -> Docker:

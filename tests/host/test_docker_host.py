@@ -169,3 +169,22 @@ def test_a_missing_program_is_installed_from_its_debian_package(monkeypatch: pyt
         "--no-install-recommends",
         "debootstrap",
     ]
+
+
+def test_a_shim_left_by_the_tiers_daemon_is_found_by_its_exec_root(tmp_path: Path):
+    """What `OwnDockerd.stop` stops after dockerd and containerd: processes naming its exec
+    root (a containerd-shim's `-address <exec root>/containerd/containerd.sock`), no others."""
+    exec_root = tmp_path / "run"
+    shim = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)", f"-address={exec_root}/c.sock"]
+    )
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        found = docker_host.pids_naming(str(exec_root))
+        assert shim.pid in found and other.pid not in found
+        stop_pid(shim.pid, str(exec_root), timeout=5)
+        assert shim.wait(timeout=10) is not None
+    finally:
+        for process in (shim, other):
+            process.kill()
+            process.wait()
