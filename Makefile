@@ -104,7 +104,7 @@ test: lint
 	$(PY) -m pytest -n auto
 
 # Against real programs (Pulumi CLI, kube-apiserver, etcd, kwok, ...) built from the Go module
-# proxy into ${XDG_CACHE_HOME:-~/.cache}/kamaji-hami-lab/real: cold ~30 min, cached seconds.
+# proxy into ${XDG_CACHE_HOME:-~/.cache}/kamaji-hami-lab/real: cold ~13 min, cached seconds.
 test-real: $(VENV)/.installed
 	$(PY) tests/real/binaries.py
 	$(PY) -m pytest tests/real
@@ -112,7 +112,7 @@ test-real: $(VENV)/.installed
 # Against a real Docker Engine (tests/host): the daemon that answers, or Debian's docker.io
 # installed and started by the tier under ${XDG_CACHE_HOME:-~/.cache}/kamaji-hami-lab/host,
 # stopped by PID at the end; a kind node image built here (Debian packages, Go modules with the
-# real tier's caches). Needs root (apt, dockerd): ~28 min the first time, then ~11 min.
+# real tier's caches). Needs root (apt, dockerd): ~18 min the first time, then ~10 min.
 test-host: $(VENV)/.installed
 	$(PY) -m pytest tests/host
 
