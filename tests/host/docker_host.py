@@ -26,6 +26,8 @@ from typing import Any
 
 import bounded_runc
 
+from tests.support.debian_packages import PackageUnavailable, install_if_missing
+
 RUNTIME = "bounded-runc"
 DEFAULT_SOCKET = "/var/run/docker.sock"
 START_TIMEOUT_SECONDS = 90
@@ -212,27 +214,6 @@ def reachable_daemon(env: Mapping[str, str]) -> str | None:
     if not host.startswith("unix://"):
         return None
     return host if pings(unix_socket_of(host)) else None
-
-
-class PackageUnavailable(Exception):
-    """apt could not install a Debian package the tier needs; the message has apt's error."""
-
-
-def install_if_missing(program: str, package: str, run: Any = subprocess.run) -> bool:
-    """Installs Debian's `package` when `program` is not on PATH (a fresh machine, CI);
-    True when it did."""
-    if shutil.which(program):
-        return False
-    sudo = [] if os.geteuid() == 0 else ["sudo", "-n"]
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for argv in (
-        [*sudo, "apt-get", "update"],
-        [*sudo, "apt-get", "install", "-y", "--no-install-recommends", package],
-    ):
-        result = run(argv, env=env, capture_output=True, text=True, check=False)
-        if result.returncode != 0:
-            raise PackageUnavailable(f"{' '.join(argv)} failed: {result.stderr[-2000:]}")
-    return True
 
 
 def install_docker(run: Any = subprocess.run) -> bool:

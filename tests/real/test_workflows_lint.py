@@ -8,7 +8,6 @@ all; so the tier installs Debian's `shellcheck` when it is missing (apt, as root
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -16,24 +15,18 @@ from pathlib import Path
 import pytest
 from binaries import ACTIONLINT_VERSION, bin_path
 
+from tests.support.debian_packages import PackageUnavailable, install_if_missing
+
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 WORKFLOWS = sorted((PROJECT_DIR / ".github" / "workflows").glob("*.y*ml"))
 
 
-def install_if_missing(program: str, package: str) -> str:
+def installed(program: str, package: str) -> str:
     """The path of `program`, after installing Debian's `package` when it is not on PATH."""
-    found = shutil.which(program)
-    if found:
-        return found
-    sudo = [] if os.geteuid() == 0 else ["sudo", "-n"]
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for argv in (
-        [*sudo, "apt-get", "update"],
-        [*sudo, "apt-get", "install", "-y", "--no-install-recommends", package],
-    ):
-        result = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
-        if result.returncode != 0:
-            pytest.fail(f"{program} is needed: `{' '.join(argv)}` failed: {result.stderr[-2000:]}")
+    try:
+        install_if_missing(program, package)
+    except PackageUnavailable as error:
+        pytest.fail(f"{program} is needed: {error}")
     found = shutil.which(program)
     assert found, f"apt installed {package}, but {program} is not on PATH"
     return found
@@ -41,7 +34,7 @@ def install_if_missing(program: str, package: str) -> str:
 
 @pytest.fixture(scope="module")
 def shellcheck() -> str:
-    return install_if_missing("shellcheck", "shellcheck")
+    return installed("shellcheck", "shellcheck")
 
 
 def actionlint(*args: str, cwd: Path = PROJECT_DIR) -> subprocess.CompletedProcess[str]:
