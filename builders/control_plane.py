@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 from typing import Any
 
+from builders import lock_wait_policy
 from builders.kamaji import DATASTORE
 from labconfig.model import TenantConfig
 from planning.footprint import CONTROL_PLANE_RESOURCES, KONNECTIVITY_SERVER_RESOURCES
@@ -55,6 +56,29 @@ def dns_service_ip(service_cidr: str) -> str:
     return str(ipaddress.ip_network(service_cidr)[10])
 
 
+def _flag_list(values: dict[str, bool]) -> str:
+    return ",".join(f"{key}={str(on).lower()}" for key, on in sorted(values.items()))
+
+
+def apiserver_extra_args(tenant: TenantConfig) -> list[str]:
+    """kube-apiserver flags beyond Kamaji's own: what the tenant's admission policies need on
+    its version. Kamaji appends them verbatim after its sorted flags, dropping only the flags
+    it manages (internal/builders/controlplane/deployment.go:753-824 at the pinned commit)."""
+    args = []
+    if gates := lock_wait_policy.feature_gates(tenant):
+        args.append(f"--feature-gates={_flag_list(gates)}")
+    if apis := lock_wait_policy.runtime_config(tenant):
+        args.append(f"--runtime-config={_flag_list(apis)}")
+    return args
+
+
+def _deployment(tenant: TenantConfig) -> dict[str, Any]:
+    deployment: dict[str, Any] = {"replicas": 1, "resources": CONTROL_PLANE_RESOURCES}
+    if extra := apiserver_extra_args(tenant):
+        deployment["extraArgs"] = {"apiServer": extra}
+    return deployment
+
+
 def tenant_control_plane_manifest(tenant: TenantConfig, address: str) -> dict[str, Any]:
     return {
         "apiVersion": "kamaji.clastix.io/v1alpha1",
@@ -72,7 +96,7 @@ def tenant_control_plane_manifest(tenant: TenantConfig, address: str) -> dict[st
         "spec": {
             "dataStore": DATASTORE,
             "controlPlane": {
-                "deployment": {"replicas": 1, "resources": CONTROL_PLANE_RESOURCES},
+                "deployment": _deployment(tenant),
                 "service": {
                     "serviceType": "LoadBalancer",
                     "additionalMetadata": {

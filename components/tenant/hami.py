@@ -14,6 +14,7 @@ from builders.hami import (
     hami_values,
     runtime_class_manifest,
 )
+from builders.lock_wait_policy import POLICY_NAME, policy_manifests
 from components.helm import pinned_release
 from labconfig.model import TenantConfig
 
@@ -65,6 +66,14 @@ class Hami(pulumi.ComponentResource):
                 ),
             ),
         )
+        # Every GPU pod HAMi places waits for its node lock in Bind (docs/placement-time.md).
+        after_nodes = pulumi.ResourceOptions.merge(
+            on_tenant, pulumi.ResourceOptions(depends_on=args.depends_on)
+        )
+        self.lock_wait_policy = [
+            _policy_resource(f"{name}-{manifest['kind'].lower()}", manifest, after_nodes)
+            for manifest in policy_manifests(args.tenant)
+        ]
         self.quota = None
         if args.tenant.gpu_quota_mb:
             namespace = k8s.core.v1.Namespace(
@@ -80,4 +89,18 @@ class Hami(pulumi.ComponentResource):
                 ),
             )
         self.scheduler_name = SCHEDULER_NAME
-        self.register_outputs({"schedulerName": self.scheduler_name})
+        self.register_outputs(
+            {
+                "schedulerName": self.scheduler_name,
+                "lockWaitPolicy": POLICY_NAME if self.lock_wait_policy else None,
+            }
+        )
+
+
+def _policy_resource(
+    name: str, manifest: dict, opts: pulumi.ResourceOptions
+) -> pulumi.CustomResource:
+    """The typed resource of the policy's API version (v1beta1 or v1, by tenant version)."""
+    version = manifest["apiVersion"].rsplit("/", 1)[1]
+    kind = getattr(getattr(k8s.admissionregistration, version), manifest["kind"])
+    return kind(name, metadata=manifest["metadata"], spec=manifest["spec"], opts=opts)

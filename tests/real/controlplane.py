@@ -50,13 +50,21 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 import yaml
-from binaries import bin_path, kwok_fast_stage_files
+from binaries import K8S_VERSION, bin_path, kwok_fast_stage_files
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from builders.control_plane import apiserver_extra_args
+from labconfig.model import TenantConfig
+
 SERVICE_CIDR = "10.0.0.0/24"
+# Every plane stands for a tenant's API server of the binaries' version, so it runs with the
+# flags the program gives such a tenant through Kamaji's extraArgs (builders/control_plane.py).
+TENANT_APISERVER_ARGS = apiserver_extra_args(
+    TenantConfig(name="plane", kubernetes_version=K8S_VERSION)
+)
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 FAKE_NODE_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
 COMPONENT_USERS = {
@@ -452,6 +460,8 @@ class ControlPlane:
             "--audit-log-format=json",
             f"--cert-dir={self.workdir / 'apiserver-certs'}",
             "--profiling=false",
+            # What the program adds to a tenant's API server of this version through Kamaji.
+            *TENANT_APISERVER_ARGS,
         ]
 
     def _start_apiserver(self, port: int) -> None:
