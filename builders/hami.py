@@ -14,10 +14,14 @@ NVML_MOCK_DRIVER_ROOT = "/var/lib/nvml-mock/driver"
 NVML_MOCK_LIBRARY_DIR = "usr/lib64"  # where nvml-mock puts libnvidia-ml.so.1 in its driver root
 RUNTIME_CLASS = "nvidia"
 RUNTIME_HANDLER = "nvidia"  # the containerd runtime `nvidia-ctk runtime configure` adds
-# The extender's client-go rate limit; its default of 5 QPS / burst 10 throttles every Bind
-# (node gets, node and pod patches, binding, events) to about 1.3 s in a burst of GPU pods.
-EXTENDER_KUBE_QPS = 50
-EXTENDER_KUBE_BURST = 100
+# The extender's one client-go token bucket, which every call of HAMi's shares: Filter's pod
+# patch, Bind's lock (4 calls), pod patch and Binding, the events, and while a Bind waits for
+# the node lock, two GETs per 100 ms poll. A burst of N pods on one node has N-1 Binds polling
+# at once: about 20 x (N-1) requests a second. At 50/100 the polls starve the calls that place
+# pods (a 50-pod burst: the last after 14-18 s); at 200/400 a 20-pod burst never waits on the
+# bucket and a 50-pod burst waits little (docs/placement-time.md). HAMi's default is 5/10.
+EXTENDER_KUBE_QPS = 200
+EXTENDER_KUBE_BURST = 400
 # How long Bind waits for a held node lock instead of failing, for pods labelled as a PodGroup
 # (the capacity run's): a failed Bind waits out kube-scheduler's error backoff (1 s doubling to
 # 10 s), which made a 20-pod burst's last pod wait 30-50 s (docs/placement-time.md). HAMi's

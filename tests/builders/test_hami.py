@@ -7,6 +7,7 @@ import json
 import pytest
 
 from builders.hami import (
+    EXTENDER_KUBE_BURST,
     device_plugin_values,
     gpu_quota_manifest,
     hami_values,
@@ -45,12 +46,16 @@ def test_gpu_quota_uses_hamis_key():
     assert quota["spec"]["hard"] == {"limits.nvidia.com/gpumem": "81920"}
 
 
-@pytest.mark.upstream("hami-extender-client-rate-flags")
-def test_hami_extender_talks_to_its_api_server_at_50_qps():
-    """D6: client-go's 5 QPS / burst 10 throttled every Bind to ~1.3 s in a 20-pod burst."""
+@pytest.mark.upstream("hami-extender-client-rate-flags", "hami-v2.10-one-rate-limited-client")
+def test_hami_extenders_client_is_sized_to_its_lock_polling():
+    """HAMi's default 5 QPS / burst 10 throttled every Bind to ~1.3 s in a 20-pod burst (D6);
+    50/100 still let the lock polls starve the calls that place pods. The bucket holds the
+    first second of a 20-pod burst's polls: 19 waiting Binds x 2 GETs x 10 polls."""
     args = hami_values(TENANT_A, 10, "5m")["scheduler"]["extender"]["extraArgs"]
-    assert args[-2:] == ["--kube-qps=50", "--kube-burst=100"]
+    assert args[-2:] == ["--kube-qps=200", "--kube-burst=400"]
     assert args[:3] == ["--debug", "-v=4", "--node-lock-timeout=5m"]
+    polls_in_first_second = (20 - 1) * 2 * 10
+    assert polls_in_first_second <= EXTENDER_KUBE_BURST
 
 
 @pytest.mark.upstream("hami-chart-runtime-class-is-a-hook")

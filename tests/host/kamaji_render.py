@@ -156,16 +156,18 @@ def apiserver_args(
     konnectivity: bool = True,
     datastore_schema_override: str | None = None,
 ) -> list[str]:
-    """deployment.go buildKubeAPIServerCommand for the etcd driver, no ExtraArgs. With
-    Konnectivity, the addon appends --egress-selector-config-file and the next reconciliation
-    sorts it in with the rest (mergeAPIServerArgs keeps flags it does not own)."""
+    """deployment.go buildKubeAPIServerCommand for the etcd driver (:670-750), merged as
+    mergeAPIServerArgs does (:753-824): Kamaji's safe defaults and managed flags sorted, a safe
+    default the TCP's extraArgs.apiServer sets left out, then those extras verbatim except the
+    ones that name a managed flag. With Konnectivity, the addon appends
+    --egress-selector-config-file and the next reconciliation sorts it in with the rest
+    (mergeAPIServerArgs keeps flags it does not own)."""
     tcp = defaulted(tcp)
     spec = tcp["spec"]
     net = spec["networkProfile"]
     address = net.get("advertiseAddress") or net["address"]
     schema = datastore_schema_override or datastore_schema(tcp)
-    args = {
-        # safe defaults
+    safe_defaults = {
         "--allow-privileged": "true",
         "--authorization-mode": "Node,RBAC",
         "--enable-bootstrap-token-auth": "true",
@@ -173,7 +175,8 @@ def apiserver_args(
         "--requestheader-group-headers": "X-Remote-Group",
         "--requestheader-username-headers": "X-Remote-User",
         "--service-account-issuer": "https://kubernetes.default.svc.cluster.local",
-        # managed
+    }
+    managed = {
         "--advertise-address": address,
         "--client-ca-file": CA_CERT,
         "--enable-admission-plugins": ",".join(spec["kubernetes"]["admissionControllers"]),
@@ -200,9 +203,16 @@ def apiserver_args(
         "--etcd-certfile": ETCD_CLIENT_CERT,
         "--etcd-keyfile": ETCD_CLIENT_KEY,
     }
+    extras = [
+        arg
+        for arg in (spec["controlPlane"]["deployment"].get("extraArgs") or {}).get("apiServer", [])
+        if arg.split("=", 1)[0] not in managed
+    ]
+    user_flags = {arg.split("=", 1)[0] for arg in extras}
+    owned = {k: v for k, v in safe_defaults.items() if k not in user_flags} | managed
     if konnectivity and spec.get("addons", {}).get("konnectivity") is not None:
-        args["--egress-selector-config-file"] = EGRESS_SELECTOR_CONFIG
-    return ["kube-apiserver", *_flags(args)]
+        owned["--egress-selector-config-file"] = EGRESS_SELECTOR_CONFIG
+    return ["kube-apiserver", *_flags(owned), *extras]
 
 
 def controller_manager_args(tcp: dict[str, Any]) -> list[str]:

@@ -216,6 +216,20 @@ class TenantLab:
         assert objects, f"the program declares no agent objects in {tenant}"
         self.apply_objects(tenant, objects)
 
+    def apply_lock_wait_policy(self, tenant: str) -> list[dict[str, Any]]:
+        """The admission policy (and its binding) the program's Hami component declares; HAMi's
+        chart, and the quota beside it, are not applied here."""
+        objects = [
+            found
+            for found in tenant_objects.objects(
+                tenant_objects.on_tenant(self.run, tenant), parents=(f"{tenant}-hami",)
+            )
+            if found["kind"].startswith("MutatingAdmissionPolicy")
+        ]
+        assert objects, f"the program declares no lock-wait policy in {tenant}"
+        self.apply_objects(tenant, objects)
+        return objects
+
     def ensure_agent(self, tenant: str) -> None:
         if tenant not in self.agents:
             self.apply_agent(tenant)

@@ -28,7 +28,9 @@ def program_tcp(**tenant: object) -> dict:
 
 
 # Kamaji's Deployment builder, run twice with the Konnectivity builder in between (a settled
-# Deployment), on program_tcp() with the DataStore endpoints ETCD.
+# Deployment), on program_tcp() with the DataStore endpoints ETCD; then the TCP's
+# extraArgs.apiServer verbatim (the program's, for a v1.35 tenant), as mergeAPIServerArgs
+# appends them (deployment.go:753-824; Kamaji's own test deployment_test.go:180-195).
 KAMAJI_APISERVER = [
     "kube-apiserver",
     f"--advertise-address={ADDRESS}",
@@ -66,6 +68,8 @@ KAMAJI_APISERVER = [
     "--service-cluster-ip-range=10.96.0.0/16",
     "--tls-cert-file=/etc/kubernetes/pki/apiserver.crt",
     "--tls-private-key-file=/etc/kubernetes/pki/apiserver.key",
+    "--feature-gates=MutatingAdmissionPolicy=true",
+    "--runtime-config=admissionregistration.k8s.io/v1beta1=true",
 ]
 KAMAJI_CONTROLLER_MANAGER = [
     "kube-controller-manager",
@@ -117,6 +121,20 @@ KAMAJI_KONNECTIVITY_SERVER = [
 def test_apiserver_args_are_kamajis_for_the_programs_tcp():
     args = kr.control_plane_args(program_tcp(), datastore_endpoints=ETCD)
     assert args["kube-apiserver"] == KAMAJI_APISERVER
+
+
+@pytest.mark.upstream("kamaji-apiserver-extra-args-appended")
+def test_extra_args_come_last_a_managed_one_is_dropped_a_safe_default_is_replaced():
+    tcp = program_tcp()
+    tcp["spec"]["controlPlane"]["deployment"]["extraArgs"] = {
+        "apiServer": ["--v=4", "--secure-port=1", "--allow-privileged=false", "--v=5"]
+    }
+    args = kr.apiserver_args(tcp, datastore_endpoints=ETCD)
+    assert args[-3:] == ["--v=4", "--allow-privileged=false", "--v=5"]  # verbatim, in order
+    assert "--secure-port=6443" in args and "--secure-port=1" not in args
+    assert "--allow-privileged=true" not in args
+    owned = args[1:-3]
+    assert owned == sorted(owned)
 
 
 @pytest.mark.upstream("kamaji-controller-manager-and-scheduler-flags")

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import pytest
-from controlplane import ControlPlane
+from controlplane import TENANT_APISERVER_ARGS, ControlPlane
 
 StartControlPlane = Callable[..., ControlPlane]
 
@@ -24,10 +24,18 @@ def start_control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[St
     planes: list[ControlPlane] = []
 
     def start(
-        name: str, *, users: Mapping[str, Sequence[str]] | None = None, full: bool = True
+        name: str,
+        *,
+        users: Mapping[str, Sequence[str]] | None = None,
+        full: bool = True,
+        tenant_args: Sequence[str] = TENANT_APISERVER_ARGS,
     ) -> ControlPlane:
         plane = ControlPlane.start(
-            tmp_path_factory.mktemp(f"plane-{name}"), name=name, users=users, full=full
+            tmp_path_factory.mktemp(f"plane-{name}"),
+            name=name,
+            users=users,
+            full=full,
+            tenant_args=tenant_args,
         )
         planes.append(plane)
         return plane

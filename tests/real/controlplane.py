@@ -332,6 +332,7 @@ class ControlPlane:
     tokens: dict[str, tuple[str, tuple[str, ...]]]  # user -> (token, groups)
     processes: dict[str, Process]
     audit_log: Path
+    tenant_args: tuple[str, ...] = tuple(TENANT_APISERVER_ARGS)
     etcd_url: str = ""
     etcd_data: Path | None = None  # on tmpfs; removed by stop()
 
@@ -358,11 +359,14 @@ class ControlPlane:
         name: str = "plane",
         users: Mapping[str, Sequence[str]] | None = None,
         full: bool = True,
+        tenant_args: Sequence[str] = TENANT_APISERVER_ARGS,
     ) -> ControlPlane:
         """Start etcd and the API server; with ``full``, also controller manager, scheduler, kwok.
 
         ``users``: extra token users, name -> groups. A plane started with ``full=False`` only
         serves the API (enough for dry-runs and RBAC checks) and starts in about 3 s.
+        ``tenant_args``: the flags the program gives a tenant's API server (the default), or
+        others to show what they change.
         """
         _require_binaries(
             ["etcd", "kube-apiserver", "kubectl"]
@@ -382,6 +386,7 @@ class ControlPlane:
             tokens=tokens,
             processes={},
             audit_log=workdir / "audit.log",
+            tenant_args=tuple(tenant_args),
         )
         try:
             plane._start_etcd()
@@ -461,7 +466,7 @@ class ControlPlane:
             f"--cert-dir={self.workdir / 'apiserver-certs'}",
             "--profiling=false",
             # What the program adds to a tenant's API server of this version through Kamaji.
-            *TENANT_APISERVER_ARGS,
+            *self.tenant_args,
         ]
 
     def _start_apiserver(self, port: int) -> None:

@@ -13,22 +13,36 @@ does, and in which order, follows HAMi v2.10.0's source:
   ``scheduling.x-k8s.io/pod-group``, pkg/util/util.go:392) tries the lock once, a member retries
   every 100 ms for ``--node-lock-retry-timeout`` (:972-996). ``LockNode`` / ``SetNodeLock``
   (pkg/util/nodelock/nodelock.go:129-290): GET the node; a held, unexpired lock whose owner pod
-  exists is contention; else a merge patch of ``hami.io/mutex.lock`` with the node's
-  resourceVersion (a 409 retried by ``DefaultStrategy``: 5 steps from 100 ms, factor 2, jitter
-  0.5). Then the pod's ``bind-phase: allocating`` and ``bind-time``, then the Binding. Any
-  failure releases the pod's own lock and answers ``Error`` (kube-scheduler: a binding error).
+  exists (a GET of that pod) is contention; else ``SetNodeLock``: GET the node, then (retried
+  by ``DefaultStrategy`` on a 409: 5 steps from 100 ms, factor 2, jitter 0.5) GET it again and
+  a merge patch of ``hami.io/mutex.lock`` with its resourceVersion. Then the pod's
+  ``bind-phase: allocating`` and ``bind-time``, then the Binding. Any failure releases the
+  pod's own lock (``ReleaseNodeLock``: a GET, and only for its own lock a GET and a patch) and
+  answers ``Error`` (kube-scheduler: a binding error).
+- Every request goes through one client (``HamiClient``), as every request of HAMi's goes
+  through its one clientset: one client-go token bucket of ``--kube-qps``/``--kube-burst``,
+  which the event recorder shares (a ``FilteringSucceed`` per Filter, a ``BindingSucceed`` or
+  ``BindingFailed`` per Bind, posted in the background), over kept-alive connections.
 - The lock is freed by whoever completes the allocation: here the real gpu_agent.
+
+Where it differs: Python answers each call in about a millisecond more than Go does; HAMi's
+informers (its pod and node listers) are not modelled: Filter and Bind read the pod from what
+kube-scheduler sent, and the node's registration once at start.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import http.client
+import io
 import json
+import queue
 import random
 import threading
 import time
 import urllib.error
+from collections import Counter
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -36,6 +50,7 @@ from typing import Any
 from test_agent_real import (
     BIND_TIME,
     LOCK,
+    MERGE,
     PHASE,
     REGISTER,
     HamiScheduler,
@@ -49,14 +64,160 @@ from labcheck.hami import CardState
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"  # pkg/util/types.go:57
 LOCK_RETRY_POLL = 0.1  # acquireNodeLocks: time.After(100 * time.Millisecond)
 SET_LOCK_STEPS, SET_LOCK_FIRST, SET_LOCK_FACTOR, SET_LOCK_JITTER = 5, 0.1, 2.0, 0.5
-# cmd/scheduler/main.go:79-80: the flags' defaults, for a flag the program does not pass.
-FLAG_DEFAULTS = {"--node-lock-timeout": "5m", "--node-lock-retry-timeout": "28s"}
+# cmd/scheduler/main.go:75-80: the flags' defaults, for a flag the program does not pass
+# (--kube-qps/--kube-burst: client.DefaultQPS/DefaultBurst = client-go's rest.DefaultQPS 5 and
+# rest.DefaultBurst 10, pkg/util/client/options.go:30-31).
+FLAG_DEFAULTS = {
+    "--node-lock-timeout": "5m",
+    "--node-lock-retry-timeout": "28s",
+    "--kube-qps": "5",
+    "--kube-burst": "10",
+}
 # The resources the chart's managedResources helper names for NVIDIA (templates/_helpers.tpl).
 MANAGED = ("nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpucores")
 
 
 class Contention(Exception):
     """nodelock.ErrNodeLockContention."""
+
+
+class TokenBucket:
+    """client-go's ``flowcontrol.NewTokenBucketRateLimiter(qps, burst)`` (util/flowcontrol/
+    throttle.go:63-64, v0.36.3): golang.org/x/time/rate's Limiter, whose ``Wait`` reserves the
+    next token in call order: the bucket refills at ``qps`` up to ``burst``, may go negative,
+    and the caller sleeps for the deficit (rate.go:337-380, ``reserveN``)."""
+
+    def __init__(
+        self,
+        qps: float,
+        burst: int,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.qps, self.burst, self.clock, self.sleep = qps, burst, clock, sleep
+        self.tokens, self.last = float(burst), clock()
+        self.lock = threading.Lock()
+        self.waited = 0.0  # seconds every caller slept, summed
+
+    def reserve(self) -> float:
+        """Take the next token; the seconds until it is there."""
+        with self.lock:
+            now = self.clock()
+            self.tokens = min(self.burst, self.tokens + (now - self.last) * self.qps)
+            self.last = now
+            self.tokens -= 1
+            delay = -self.tokens / self.qps if self.tokens < 0 else 0.0
+            self.waited += delay
+            return delay
+
+    def wait(self) -> None:
+        delay = self.reserve()
+        if delay > 0:
+            self.sleep(delay)
+
+
+class HamiClient:
+    """HAMi's one clientset (pkg/util/client/client.go:58-92): every request waits on the one
+    token bucket ``kubernetes.NewForConfigAndClient`` gives it (client-go kubernetes/
+    clientset.go:496-502, rest/request.go:666-680) and reuses kept-alive connections.
+    ``requests`` counts them by method and path kind; it answers as ``Rest`` does."""
+
+    def __init__(self, api: Rest, qps: float, burst: int) -> None:
+        self.api = api
+        self.bucket = TokenBucket(qps, burst)
+        self.requests: Counter[str] = Counter()
+        self.host = api.server.removeprefix("https://")
+        self.idle: queue.SimpleQueue[http.client.HTTPSConnection] = queue.SimpleQueue()
+        self.count_lock = threading.Lock()
+
+    def call(self, method: str, path: str, body: Any = None, content_type: str = MERGE) -> dict:
+        self.bucket.wait()
+        with self.count_lock:
+            self.requests[f"{method} {_kind(path)}"] += 1
+        data = None if body is None else json.dumps(body).encode()
+        headers = {
+            "Authorization": f"Bearer {self.api.token}",
+            "Content-Type": content_type if method == "PATCH" else "application/json",
+        }
+        for attempt in (1, 2):  # a kept-alive connection the server closed: one new one
+            connection = self._connection()
+            try:
+                connection.request(method, path, body=data, headers=headers)
+                response = connection.getresponse()
+                payload = response.read()
+            except (http.client.HTTPException, OSError):
+                connection.close()
+                if attempt == 2:
+                    raise
+                continue
+            self.idle.put(connection)
+            if response.status >= 400:
+                url = self.api.server + path
+                raise urllib.error.HTTPError(
+                    url, response.status, response.reason, response.headers, io.BytesIO(payload)
+                )
+            return json.loads(payload or b"{}")
+        raise AssertionError("unreachable")
+
+    def _connection(self) -> http.client.HTTPSConnection:
+        try:
+            return self.idle.get_nowait()
+        except queue.Empty:
+            return http.client.HTTPSConnection(self.host, context=self.api.context, timeout=10)
+
+    def node(self, name: str) -> dict:
+        return self.call("GET", f"/api/v1/nodes/{name}")
+
+    def pod(self, name: str, namespace: str) -> dict:
+        return self.call("GET", f"/api/v1/namespaces/{namespace}/pods/{name}")
+
+    def close(self) -> None:
+        while True:
+            try:
+                self.idle.get_nowait().close()
+            except queue.Empty:
+                return
+
+
+class EventRecorder:
+    """HAMi's event recorder (pkg/scheduler/event.go:45-53): events posted in the background
+    through the same client, so they take tokens from the same bucket."""
+
+    def __init__(self, client: HamiClient) -> None:
+        self.client = client
+        self.pending: queue.SimpleQueue[dict | None] = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._send, daemon=True)
+        self.thread.start()
+
+    def record(self, pod: dict, reason: str, message: str) -> None:
+        meta = pod["metadata"]
+        self.pending.put(
+            {
+                "apiVersion": "v1",
+                "kind": "Event",
+                "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+                "involvedObject": {
+                    "kind": "Pod",
+                    "namespace": meta["namespace"],
+                    "name": meta["name"],
+                    "uid": meta.get("uid", ""),
+                },
+                "reason": reason,
+                "message": message,
+                "type": "Normal" if reason.endswith("Succeed") else "Warning",
+                "source": {"component": "hami-scheduler"},
+            }
+        )
+
+    def _send(self) -> None:
+        while (event := self.pending.get()) is not None:
+            with contextlib.suppress(urllib.error.HTTPError, OSError):
+                ns = event["metadata"]["namespace"]
+                self.client.call("POST", f"/api/v1/namespaces/{ns}/events", event)
+
+    def close(self) -> None:
+        self.pending.put(None)
+        self.thread.join(timeout=10)
 
 
 @dataclasses.dataclass
@@ -91,10 +252,13 @@ class HamiExtender:
 
     def __init__(self, api: Rest, node: str, extra_args: list[str]) -> None:
         """``extra_args``: the extender flags the program gives HAMi (builders/hami.py)."""
-        self.api, self.node = api, node
+        self.node = node
         self.lock_expire = flag_seconds(extra_args, "--node-lock-timeout")
         self.lock_retry_timeout = flag_seconds(extra_args, "--node-lock-retry-timeout")
-        cards = json.loads(annotations(api.node(node))[REGISTER])
+        qps, burst = flag_value(extra_args, "--kube-qps"), flag_value(extra_args, "--kube-burst")
+        self.api = HamiClient(api, float(qps), int(burst))
+        self.events = EventRecorder(self.api)
+        cards = json.loads(annotations(api.node(node))[REGISTER])  # the informer's first list
         self.cards = [
             CardState(c["id"], c["type"], c["devmem"], c["devcore"], c["count"]) for c in cards
         ]
@@ -121,6 +285,8 @@ class HamiExtender:
         if self.server is not None:
             self.server.shutdown()
             self.server.server_close()
+        self.events.close()
+        self.api.close()
 
     def snapshot(self) -> dict[str, BindRecord]:
         with self.mutex:
@@ -163,6 +329,7 @@ class HamiExtender:
         HamiScheduler(self.api, self.node).filter(
             meta["name"], card.id, mem, cores, meta["namespace"]
         )
+        self.events.record(pod, "FilteringSucceed", f"Successfully filtered to {self.node}")
         return {"NodeNames": [self.node]}
 
     # -- Bind ----------------------------------------------------------------------------------
@@ -179,6 +346,7 @@ class HamiExtender:
             with self.mutex:
                 self.records.setdefault(key, BindRecord()).contended += isinstance(exc, Contention)
             self.release_own(ns, name)
+            self.events.record(pod, "BindingFailed", str(exc))
             return {"Error": f"node {node} is locked: {exc}"}
         path = f"/api/v1/namespaces/{ns}/pods/{name}"
         try:
@@ -193,9 +361,11 @@ class HamiExtender:
             self.api.call("POST", f"{path}/binding", binding)
         except urllib.error.HTTPError as exc:
             self.release_own(ns, name)
+            self.events.record(pod, "BindingFailed", str(exc))
             return {"Error": f"bind {key}: {exc}"}
         with self.mutex:
             self.records.setdefault(key, BindRecord()).placed_at = time.monotonic()
+        self.events.record(pod, "BindingSucceed", f"Successfully binding node [{node}]")
         return {}
 
     def acquire_lock(self, pod: dict) -> None:
@@ -235,6 +405,8 @@ class HamiExtender:
             self._set_lock(ns, name)
 
     def _set_lock(self, ns: str, name: str) -> None:
+        if LOCK in annotations(self.api.node(self.node)):  # nodelock.go:136-140
+            raise Contention("locked")
         delay = SET_LOCK_FIRST
         for step in range(SET_LOCK_STEPS):
             node = self.api.node(self.node)
@@ -268,6 +440,9 @@ class HamiExtender:
             self._release(still)
 
     def _release(self, still: Any) -> None:
+        value = annotations(self.api.node(self.node)).get(LOCK)  # nodelock.go:185-196
+        if value is None or not still(value):
+            return
         for _ in range(SET_LOCK_STEPS):
             node = self.api.node(self.node)
             value = annotations(node).get(LOCK)
@@ -306,11 +481,23 @@ def json_handler(answer: Callable[[str, dict], dict]) -> type[BaseHTTPRequestHan
     return Handler
 
 
+def flag_value(args: list[str], flag: str) -> str:
+    """The last value given for ``flag`` (as Go's flag package takes it), else its default."""
+    values = [a.split("=", 1)[1] for a in args if a.startswith(f"{flag}=")]
+    return values[-1] if values else FLAG_DEFAULTS[flag]
+
+
 def flag_seconds(args: list[str], flag: str) -> float:
     """A Go duration flag's value (``28s``, ``5m``) as the extender would parse it."""
-    values = [a.split("=", 1)[1] for a in args if a.startswith(f"{flag}=")]
-    value = values[-1] if values else FLAG_DEFAULTS[flag]
+    value = flag_value(args, flag)
     return float(value[:-1]) * {"s": 1, "m": 60}[value[-1]]
+
+
+def _kind(path: str) -> str:
+    """``nodes``, ``pods``, ``pods/binding``, ``events``: what a request path names."""
+    parts = path.split("?", 1)[0].strip("/").split("/")
+    parts = parts[parts.index("namespaces") + 2 :] if "namespaces" in parts else parts[2:]
+    return parts[0] + (f"/{parts[2]}" if len(parts) > 2 else "")
 
 
 def _charge(card: CardState, mem: int, cores: int, sign: int = 1) -> None:

@@ -196,14 +196,17 @@ def selector_ignore() -> dict:
 
 
 @contextlib.contextmanager
-def placement_lab(plane: ControlPlane, *, webhook: bool = False) -> Iterator[PlacementLab]:
-    """tenant-b's GPU node on ``plane`` with HAMi's placement; everything started is stopped."""
+def placement_lab(
+    plane: ControlPlane, *, webhook: bool = False, split_count: int = LAB.hami_split_count
+) -> Iterator[PlacementLab]:
+    """tenant-b's GPU node on ``plane`` with HAMi's placement; everything started is stopped.
+    ``split_count``: slots per card (the stack's hamiSplitCount), for bursts larger than 20."""
     apply_agent_rbac(plane)
     plane.create_fake_node(GPU_NODE)
     admin = rest(plane)
     root = Path(tempfile.mkdtemp(prefix="gpu-agent-placement-"))
     root.chmod(0o755)
-    agent = start_agent(plane, root)
+    agent = start_agent(plane, root, split_count)
     extender = scheduler = hook = None
     try:
         wait_until(lambda: registered(admin), f"kwok and the agent ready {GPU_NODE}", 30)

@@ -303,13 +303,16 @@ def agent_command(container: dict, sa_dir: Path) -> list[str]:
     ]
 
 
-def lab_manifests() -> dict[str, dict[str, Any]]:
-    """What the program deploys for tenant-b (components/lab.py passes these arguments)."""
-    return agent_manifests(agent_config(PROCESS_TENANT, LAB.hami_split_count), LAB.gpu_agent_image)
+def lab_manifests(split_count: int = LAB.hami_split_count) -> dict[str, dict[str, Any]]:
+    """What the program deploys for tenant-b (components/lab.py passes these arguments);
+    another ``split_count`` (the stack's hamiSplitCount) gives each card that many slots."""
+    return agent_manifests(agent_config(PROCESS_TENANT, split_count), LAB.gpu_agent_image)
 
 
-def start_agent(plane: ControlPlane, root: Path) -> AgentProcess:
-    manifests = lab_manifests()
+def start_agent(
+    plane: ControlPlane, root: Path, split_count: int = LAB.hami_split_count
+) -> AgentProcess:
+    manifests = lab_manifests(split_count)
     code = readable_dir(root, "opt/agent/gpu_agent")  # CODE_MOUNT, under a private root
     for name, text in manifests["code"]["data"].items():
         write_readable(code / name, text)

@@ -1,0 +1,129 @@
+"""The lock-wait policy on a real kube-apiserver v1.35.4 with the flags the program gives a tenant.
+
+The program's MutatingAdmissionPolicy (builders/lock_wait_policy.py) labels the GPU pods HAMi
+schedules as pod-group members, so HAMi's Bind waits for its node lock instead of failing
+(docs/placement-time.md). Each case is a server-side dry run of a pod create, which runs the
+mutating admission chain and returns the object as it would be stored.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from controlplane import ControlPlane, wait_until
+
+from builders.lock_wait_policy import POD_GROUP_LABEL, POD_GROUP_VALUE, policy_manifests
+from labconfig.parse import parse_config
+from tests.support.pulumi_harness import lab_stack_config
+
+TENANT = parse_config(lab_stack_config()).tenants[0]  # v1.35: the beta API, switched on
+NS, IGNORED_NS = "team-a", "not-for-hami"
+GPU_LIMITS = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "20000", "nvidia.com/gpucores": "25"}
+
+
+def pod(
+    name: str,
+    *,
+    namespace: str = NS,
+    limits: dict | None = None,
+    labels: dict | None = None,
+    scheduler: str | None = None,
+    init_limits: dict | None = None,
+) -> dict:
+    spec: dict = {
+        "containers": [
+            {"name": "c", "image": "registry.invalid/app:1", "resources": {"limits": limits or {}}}
+        ]
+    }
+    if scheduler:
+        spec["schedulerName"] = scheduler
+    if init_limits:
+        spec["initContainers"] = [
+            {"name": "i", "image": "registry.invalid/app:1", "resources": {"limits": init_limits}}
+        ]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
+        "spec": spec,
+    }
+
+
+def admitted(plane: ControlPlane, body: dict) -> dict:
+    """The pod as the API server would store it (mutating admission ran)."""
+    result = plane.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-",
+                           input=json.dumps(body))  # fmt: skip
+    return json.loads(result.stdout)
+
+
+def labels_of(plane: ControlPlane, body: dict) -> dict:
+    return admitted(plane, body)["metadata"].get("labels") or {}
+
+
+@pytest.fixture(scope="module")
+def plane(start_control_plane) -> ControlPlane:
+    plane = start_control_plane("lock-wait-policy", full=False)
+    for namespace, labels in ((NS, {}), (IGNORED_NS, {"hami.io/webhook": "ignore"})):
+        plane.kubectl("apply", "-f", "-", input=json.dumps({
+            "apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": namespace, "labels": labels},
+        }))  # fmt: skip
+        # No controller manager here: the ServiceAccount admission wants the default account.
+        plane.kubectl("create", "serviceaccount", "default", "-n", namespace)
+    probe = pod("probe", limits=GPU_LIMITS)
+    assert POD_GROUP_LABEL not in labels_of(plane, probe)  # nothing labels pods before it
+    for manifest in policy_manifests(TENANT):
+        plane.kubectl("apply", "-f", "-", input=json.dumps(manifest))
+    # The policy takes effect once the API server's policy informer has it.
+    wait_until(lambda: POD_GROUP_LABEL in labels_of(plane, probe), "the policy in effect", 30)
+    return plane
+
+
+@pytest.mark.upstream("kube-mutating-admission-policy-stages")
+def test_without_the_programs_flags_a_v1_35_api_server_serves_no_policy(start_control_plane):
+    """Beta and off in v1.35: the program's gate and runtime-config are what switch it on."""
+    bare = start_control_plane("no-tenant-flags", full=False, tenant_args=())
+    (policy, _) = policy_manifests(TENANT)
+    result = bare.kubectl("apply", "-f", "-", input=json.dumps(policy), check=False)
+    assert result.returncode != 0
+    assert 'no matches for kind "MutatingAdmissionPolicy"' in result.stderr
+
+
+@pytest.mark.upstream("hami-v2.10-pod-group-bind-waits-for-lock")
+def test_a_users_gpu_pod_becomes_a_pod_group_member(plane):
+    assert labels_of(plane, pod("user", limits=GPU_LIMITS)) == {POD_GROUP_LABEL: POD_GROUP_VALUE}
+
+
+def test_a_pod_already_on_hamis_scheduler_is_labelled_too(plane):
+    body = pod("named", limits=GPU_LIMITS, scheduler="hami-scheduler")
+    assert labels_of(plane, body)[POD_GROUP_LABEL] == POD_GROUP_VALUE
+
+
+def test_a_gpu_init_container_is_enough(plane):
+    body = pod("init", init_limits={"nvidia.com/gpu": "1"})
+    assert labels_of(plane, body)[POD_GROUP_LABEL] == POD_GROUP_VALUE
+
+
+def test_a_real_pod_group_keeps_its_own_name(plane):
+    body = pod("gang", limits=GPU_LIMITS, labels={POD_GROUP_LABEL: "training-gang", "app": "x"})
+    assert labels_of(plane, body) == {POD_GROUP_LABEL: "training-gang", "app": "x"}
+
+
+def test_other_labels_stay_as_they_are(plane):
+    body = pod("labelled", limits=GPU_LIMITS, labels={"app": "inference"})
+    assert labels_of(plane, body) == {"app": "inference", POD_GROUP_LABEL: POD_GROUP_VALUE}
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        pod("cpu-only", limits={"cpu": "1"}),
+        pod("volcano", limits=GPU_LIMITS, scheduler="volcano"),
+        pod("ignored-pod", limits=GPU_LIMITS, labels={"hami.io/webhook": "ignore"}),
+        pod("ignored-namespace", namespace=IGNORED_NS, limits=GPU_LIMITS),
+    ],
+    ids=["no-gpu", "another-scheduler", "pod-ignored-by-hami", "namespace-ignored-by-hami"],
+)
+def test_pods_hami_does_not_place_are_left_alone(plane, body):
+    assert POD_GROUP_LABEL not in labels_of(plane, body)
