@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import gpu_agent
+from builders.lock_wait_policy import policy_api_version
+from gpu_agent.hami import REGISTER_ANNOTATION, register_value
 from labconfig.model import TenantConfig
 from planning.footprint import GPU_AGENT_RESOURCES
 from planning.gpu_inventory import node_inventory
@@ -117,3 +119,82 @@ def _pod_spec(image: str) -> dict[str, Any]:
             {"name": "config", "configMap": {"name": f"{NAME}-config"}},
         ],
     }
+
+
+REGISTRATION_POLICY = "hami-simulated-gpus-registered-at-join"
+
+
+def cel_string(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def registrations(tenant: TenantConfig, split_count: int) -> dict[str, str]:
+    """Per node, the registration annotation exactly as the agent writes it."""
+    config = gpu_agent.parse_config(agent_config(tenant, split_count))
+    return {node: register_value(node, cards) for node, cards in config.nodes.items()}
+
+
+def registration_policy_manifests(tenant: TenantConfig, split_count: int) -> list[dict[str, Any]]:
+    """A MutatingAdmissionPolicy that puts each simulated node's registration on its Node when
+    the kubelet creates it (a worker's join or re-join), or nothing where the tenant's version
+    has no policy API the program switches on.
+
+    HAMi reads registrations when a Node is added and on a 15 s tick, never on an update
+    (fact `hami-registration-read-on-tick`): registered by the agent moments after the add, a
+    re-joined node stayed unknown to HAMi for up to 15 s, and a GPU pod met `node unregistered`.
+    Registered in the add itself, HAMi knows the cards at once. The agent still owns the
+    annotation: it writes the same value (gpu_agent/hami.py `register_value`), puts it back if
+    it goes, and a pod rejected anyway is still requeued (docs/gpu-agent.md)."""
+    api_version = policy_api_version(tenant)
+    values = registrations(tenant, split_count)
+    if api_version is None or not values:
+        return []
+    nodes = "[" + ", ".join(cel_string(node) for node in values) + "]"
+    table = "{" + ", ".join(f"{cel_string(n)}: {cel_string(v)}" for n, v in values.items()) + "}"
+    policy = {
+        "apiVersion": api_version,
+        "kind": "MutatingAdmissionPolicy",
+        "metadata": {"name": REGISTRATION_POLICY},
+        "spec": {
+            "failurePolicy": "Ignore",  # the agent registers the node anyway, moments later
+            "reinvocationPolicy": "Never",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["CREATE"],
+                        "resources": ["nodes"],
+                    }
+                ]
+            },
+            "matchConditions": [
+                {"name": "a-simulated-gpu-node", "expression": f"object.metadata.name in {nodes}"},
+                {
+                    "name": "not-registered-yet",
+                    "expression": (
+                        "!has(object.metadata.annotations) || "
+                        f"!('{REGISTER_ANNOTATION}' in object.metadata.annotations)"
+                    ),
+                },
+            ],
+            "mutations": [
+                {
+                    "patchType": "ApplyConfiguration",
+                    "applyConfiguration": {
+                        "expression": (
+                            "Object{metadata: Object.metadata{annotations: "
+                            f'{{"{REGISTER_ANNOTATION}": {table}[object.metadata.name]}}}}}}'
+                        )
+                    },
+                }
+            ],
+        },
+    }
+    binding = {
+        "apiVersion": api_version,
+        "kind": "MutatingAdmissionPolicyBinding",
+        "metadata": {"name": REGISTRATION_POLICY},
+        "spec": {"policyName": REGISTRATION_POLICY},
+    }
+    return [policy, binding]

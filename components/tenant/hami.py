@@ -16,6 +16,7 @@ from builders.hami import (
 )
 from builders.lock_wait_policy import POLICY_NAME, policy_manifests
 from components.helm import pinned_release
+from components.tenant.admission import admission_policy_resources
 from labconfig.model import TenantConfig
 
 NAMESPACE = "kube-system"
@@ -70,10 +71,9 @@ class Hami(pulumi.ComponentResource):
         after_nodes = pulumi.ResourceOptions.merge(
             on_tenant, pulumi.ResourceOptions(depends_on=args.depends_on)
         )
-        self.lock_wait_policy = [
-            _policy_resource(f"{name}-{manifest['kind'].lower()}", manifest, after_nodes)
-            for manifest in policy_manifests(args.tenant)
-        ]
+        self.lock_wait_policy = admission_policy_resources(
+            name, policy_manifests(args.tenant), after_nodes
+        )
         self.quota = None
         if args.tenant.gpu_quota_mb:
             namespace = k8s.core.v1.Namespace(
@@ -95,12 +95,3 @@ class Hami(pulumi.ComponentResource):
                 "lockWaitPolicy": POLICY_NAME if self.lock_wait_policy else None,
             }
         )
-
-
-def _policy_resource(
-    name: str, manifest: dict, opts: pulumi.ResourceOptions
-) -> pulumi.CustomResource:
-    """The typed resource of the policy's API version (v1beta1 or v1, by tenant version)."""
-    version = manifest["apiVersion"].rsplit("/", 1)[1]
-    kind = getattr(getattr(k8s.admissionregistration, version), manifest["kind"])
-    return kind(name, metadata=manifest["metadata"], spec=manifest["spec"], opts=opts)

@@ -11,7 +11,12 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from builders.simulated_gpus import agent_config, agent_manifests
+from builders.simulated_gpus import (
+    agent_config,
+    agent_manifests,
+    registration_policy_manifests,
+)
+from components.tenant.admission import admission_policy_resources
 from labconfig.model import TenantConfig
 
 
@@ -63,6 +68,12 @@ class SimulatedGpus(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions.merge(
                 child, pulumi.ResourceOptions(depends_on=[binding, *maps, *args.depends_on])
             ),
+        )
+        # A re-joined node is registered in its own creation, so HAMi reads its cards at once.
+        self.registration_policy = admission_policy_resources(
+            f"{name}-registration",
+            registration_policy_manifests(args.tenant, args.split_count),
+            child,
         )
         self.inventory = config["nodes"]
         self.register_outputs({"inventory": self.inventory})

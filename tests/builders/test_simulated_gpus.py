@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import json
 
-from builders.simulated_gpus import agent_config, agent_manifests
+from builders.simulated_gpus import (
+    agent_config,
+    agent_manifests,
+    cel_string,
+    registration_policy_manifests,
+    registrations,
+)
+from gpu_agent import parse_config as parse_agent_config
+from gpu_agent.hami import register_value
 from labconfig.parse import parse_config
 from tests.support.pulumi_harness import lab_stack_config
 
@@ -43,3 +51,30 @@ def test_agent_pod_rolls_when_code_or_config_changes():
 
     assert checksum(10) == checksum(10)
     assert checksum(10) != checksum(5)
+
+
+def test_each_node_is_registered_at_creation_as_the_agent_would_register_it():
+    """The policy's value per node is the agent's own (gpu_agent.hami.register_value), so the
+    agent finds nothing to rewrite; only the tenant's simulated nodes are named."""
+    tenant = CFG.tenants[1]
+    values = registrations(tenant, 10)
+    config = parse_agent_config(agent_config(tenant, 10))
+    assert values == {n: register_value(n, cards) for n, cards in config.nodes.items()}
+    policy, binding = registration_policy_manifests(tenant, 10)
+    spec = policy["spec"]
+    assert spec["matchConstraints"]["resourceRules"][0]["resources"] == ["nodes"]
+    assert spec["matchConstraints"]["resourceRules"][0]["operations"] == ["CREATE"]
+    conditions = {c["name"]: c["expression"] for c in spec["matchConditions"]}
+    assert conditions["a-simulated-gpu-node"] == "object.metadata.name in ['tenant-b-worker-1']"
+    expression = spec["mutations"][0]["applyConfiguration"]["expression"]
+    assert f"'tenant-b-worker-1': '{values['tenant-b-worker-1']}'" in expression
+    assert binding["spec"] == {"policyName": policy["metadata"]["name"]}
+
+
+def test_no_registration_policy_where_the_tenant_serves_none():
+    old = CFG.tenants[0].model_copy(update={"kubernetes_version": "v1.33.4"})
+    assert registration_policy_manifests(old, 10) == []
+
+
+def test_a_quote_in_a_value_cannot_end_thecel_string():
+    assert cel_string("a'b\\c") == "'a\\'b\\\\c'"

@@ -24,6 +24,10 @@ does, and in which order, follows HAMi v2.10.0's source:
   which the event recorder shares (a ``FilteringSucceed`` per Filter, a ``BindingSucceed`` or
   ``BindingFailed`` per Bind, posted in the background), over kept-alive connections.
 - The lock is freed by whoever completes the allocation: here the real gpu_agent.
+- Which nodes HAMi knows (``NodeRegistry``): it reads registrations when its node informer
+  reports a node added or deleted, and on a 15 s ticker from its start, never on an update
+  (pkg/scheduler/scheduler.go:372, :258-260, :410-440); a node it has not read fails Filter
+  with ``node unregistered`` (:850-851); a deleted node is forgotten (``onDelNode``).
 
 Where it differs: Python answers each call in about a millisecond more than Go does; HAMi's
 informers (its pod and node listers) are not modelled: Filter and Bind read the pod from what
@@ -42,6 +46,7 @@ import random
 import threading
 import time
 import urllib.error
+import urllib.request
 from collections import Counter
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -262,6 +267,7 @@ class HamiExtender:
         self.cards = [
             CardState(c["id"], c["type"], c["devmem"], c["devcore"], c["count"]) for c in cards
         ]
+        self.registry = NodeRegistry(api, node)
         self.allocations: dict[str, tuple[CardState, int, int]] = {}  # pod uid -> what it holds
         self.pods: dict[str, dict] = {}  # "ns/name" -> the pod as Filter saw it (the lister)
         self.records: dict[str, BindRecord] = {}
@@ -287,6 +293,7 @@ class HamiExtender:
             self.server.server_close()
         self.events.close()
         self.api.close()
+        self.registry.close()
 
     def snapshot(self) -> dict[str, BindRecord]:
         with self.mutex:
@@ -316,8 +323,11 @@ class HamiExtender:
             held = self.allocations.pop(meta["uid"], None)  # TakeAndDeletePod
             if held:
                 _charge(*held, sign=-1)
-            failed = {n: "node unregistered" for n in names if n != self.node}
-            fitting = [c for c in self.cards if c.fits(mem, cores)] if self.node in names else []
+            known = self.node in names and self.registry.registered()
+            failed = {n: "node unregistered" for n in names if n != self.node or not known}
+            if not known:
+                return {"FailedNodes": failed}
+            fitting = [c for c in self.cards if c.fits(mem, cores)]
             if not fitting:
                 failed.setdefault(self.node, "CardInsufficientMemory")
                 return {"FailedNodes": failed}
@@ -460,6 +470,92 @@ class HamiExtender:
             except urllib.error.HTTPError as exc:
                 if exc.code != 409:
                     raise
+
+
+class NodeRegistry:
+    """Whether HAMi has read the node's registration, as its register loop decides it: a pass
+    on every node add or delete its informer reports and on a 15 s ticker (HAMi v2.10.0
+    pkg/scheduler/scheduler.go:372 AddFunc/DeleteFunc -> doNodeNotify, :410-440 the ticker,
+    :443-555 ``register``: a node whose annotation decodes is added). A delete forgets the node
+    at once (``onDelNode``). ``restart_ticker`` starts the ticker anew, as a restarted HAMi's."""
+
+    TICK_SECONDS = 15.0
+
+    def __init__(self, api: Rest, node: str) -> None:
+        self.api, self.node = api, node
+        self.lock = threading.Condition()
+        self.latest: dict | None = None  # the node as the informer last saw it
+        self.known = False
+        self.reads = 0  # register passes that found the node registered
+        self.stopped = threading.Event()
+        listed = api.call("GET", f"/api/v1/nodes?fieldSelector=metadata.name%3D{node}")
+        self.latest = (listed.get("items") or [None])[0]
+        self._register_pass()  # the informer's first list: an add
+        self.tick_epoch = time.monotonic()
+        version = listed["metadata"]["resourceVersion"]
+        threading.Thread(target=self._watch, args=(version,), daemon=True).start()
+        threading.Thread(target=self._tick, daemon=True).start()
+
+    def registered(self) -> bool:
+        with self.lock:
+            return self.known
+
+    def restart_ticker(self) -> None:
+        with self.lock:
+            self.tick_epoch = time.monotonic()
+            self.lock.notify_all()
+
+    def close(self) -> None:
+        self.stopped.set()
+        with self.lock:
+            self.lock.notify_all()
+
+    def _register_pass(self) -> None:
+        with self.lock:
+            value = annotations(self.latest).get(REGISTER) if self.latest else None
+            if value and _decodes(value):
+                self.known = True
+                self.reads += 1
+
+    def _tick(self) -> None:
+        with self.lock:
+            while not self.stopped.is_set():
+                elapsed = time.monotonic() - self.tick_epoch
+                wait = self.TICK_SECONDS - elapsed % self.TICK_SECONDS
+                if not self.lock.wait(timeout=wait) and not self.stopped.is_set():
+                    self._register_pass()  # the Condition's lock is reentrant
+
+    def _watch(self, version: str) -> None:
+        selector = f"fieldSelector=metadata.name%3D{self.node}"
+        while not self.stopped.is_set():
+            path = f"/api/v1/nodes?watch=1&{selector}&resourceVersion={version}&timeoutSeconds=60"
+            request = urllib.request.Request(self.api.server + path)
+            request.add_header("Authorization", f"Bearer {self.api.token}")
+            try:
+                with urllib.request.urlopen(request, context=self.api.context, timeout=90) as out:
+                    for line in out:
+                        event = json.loads(line)
+                        if event["type"] == "ERROR":
+                            break
+                        version = event["object"]["metadata"]["resourceVersion"]
+                        self._on_event(event["type"], event["object"])
+            except (OSError, ValueError):
+                time.sleep(0.2)
+
+    def _on_event(self, kind: str, node: dict) -> None:
+        with self.lock:
+            self.latest = None if kind == "DELETED" else node
+            if kind == "DELETED":
+                self.known = False  # onDelNode -> rmNode
+        if kind in ("ADDED", "DELETED"):
+            self._register_pass()
+
+
+def _decodes(value: str) -> bool:
+    try:
+        return bool(json.loads(value))
+    except ValueError:
+        return False
 
 
 def json_handler(answer: Callable[[str, dict], dict]) -> type[BaseHTTPRequestHandler]:

@@ -1,0 +1,44 @@
+"""The admission policies the program declares in each tenant, through its own API server."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.support.pulumi_harness import ProgramRun, run_program, stack_config
+
+API = "kubernetes:admissionregistration.k8s.io/v1beta1"
+POLICY, BINDING = f"{API}:MutatingAdmissionPolicy", f"{API}:MutatingAdmissionPolicyBinding"
+
+
+@pytest.mark.parametrize("tenant", ["tenant-a", "tenant-b"])
+def test_each_tenant_gets_the_lock_wait_policy(lab: ProgramRun, tenant: str):
+    policy = lab.named(f"{tenant}-hami-mutatingadmissionpolicy")
+    binding = lab.named(f"{tenant}-hami-mutatingadmissionpolicybinding")
+    assert (policy.type, binding.type) == (POLICY, BINDING)
+    for resource in (policy, binding):
+        assert f"::{tenant}-provider::" in resource.provider
+        assert resource.parent.endswith(f"::{tenant}-hami")
+    assert binding.inputs["spec"]["policyName"] == policy.inputs["metadata"]["name"]
+    # After the tenant's nodes and CNI, like HAMi's chart: the API server is up by then.
+    assert any(
+        "index:Flannel$" in urn and f"::{tenant}-cni" in urn for urn in lab.depends_on(policy.urn)
+    )
+
+
+@pytest.mark.parametrize("tenant", ["tenant-a", "tenant-b"])
+def test_a_simulated_tenant_registers_its_nodes_at_creation(lab: ProgramRun, tenant: str):
+    name = f"{tenant}-simulated-gpus-registration"
+    policy = lab.named(f"{name}-mutatingadmissionpolicy")
+    binding = lab.named(f"{name}-mutatingadmissionpolicybinding")
+    assert (policy.type, binding.type) == (POLICY, BINDING)
+    assert policy.parent.endswith(f"::{tenant}-simulated-gpus")
+    assert f"::{tenant}-provider::" in policy.provider
+    assert policy.inputs["spec"]["matchConstraints"]["resourceRules"][0]["resources"] == ["nodes"]
+
+
+def test_tenants_without_simulated_gpus_register_no_nodes():
+    nvml = run_program(stack_config("nvml"))
+    names = [r.name for r in nvml.of_type(POLICY)]
+    registering = [n for n in names if n.endswith("-registration-mutatingadmissionpolicy")]
+    assert registering == []
+    assert nvml.of_type(POLICY)  # the lock-wait policy still: HAMi places their pods too
