@@ -62,7 +62,9 @@ def limits(entry: Entry) -> dict[str, str]:
 # error backoff (up to 10 s a try), which made the last pod of a burst take 30-50 s
 # (facts `hami-v2.10-pod-group-bind-waits-for-lock`, `kube-scheduler-bind-error-backoff`;
 # docs/placement-time.md). kube-scheduler itself ignores the label without the coscheduling
-# plugin, which HAMi's scheduler does not run.
+# plugin, which HAMi's scheduler does not run. The tenant's API server gives the same wait to
+# GPU pods without a group (builders/lock_wait_policy.py); this one keeps the run's pods apart
+# on tenants without that policy.
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 
 

@@ -148,6 +148,7 @@ TENANT_MODULES = (
     "test_tenant_join.py",
     "test_tenant_labcheck.py",
     "test_tenant_konnectivity.py",
+    "test_tenant_lock_wait_policy.py",
     "test_tenant_agent.py",
     "test_tenant_lifecycle.py",
 )
