@@ -6,6 +6,7 @@ from typing import Any
 
 from builders.control_plane import API_PORT
 from builders.hami import QUOTA_NAME, QUOTA_NAMESPACE
+from builders.lock_wait_policy import POD_GROUP_LABEL, POD_GROUP_VALUE, policy_manifests
 from labconfig.addresses import NetworkPlan
 from labconfig.model import LabConfig
 
@@ -48,6 +49,11 @@ def labcheck_spec(
                 "quota": (
                     {"namespace": QUOTA_NAMESPACE, "name": QUOTA_NAME, "gpumemMB": t.gpu_quota_mb}
                     if t.gpu_quota_mb
+                    else None
+                ),
+                "lockWait": (
+                    {"label": POD_GROUP_LABEL, "value": POD_GROUP_VALUE}
+                    if policy_manifests(t)
                     else None
                 ),
             }

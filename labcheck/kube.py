@@ -113,8 +113,10 @@ class KubeCluster:
     def get_pod(self, namespace: str, name: str) -> Obj:
         return self._json("GET", f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(name)}")
 
-    def create_pod(self, namespace: str, body: Obj) -> Obj:
-        return self._json("POST", f"/api/v1/namespaces/{quote(namespace)}/pods", body=body)
+    def create_pod(self, namespace: str, body: Obj, dry_run: bool = False) -> Obj:
+        """The pod as created; with ``dry_run``, as admission would store it, nothing created."""
+        query = [("dryRun", "All")] if dry_run else None
+        return self._json("POST", f"/api/v1/namespaces/{quote(namespace)}/pods", query, body)
 
     def delete_pod(self, namespace: str, name: str) -> None:
         try:

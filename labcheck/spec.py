@@ -88,6 +88,14 @@ class SchedulerPolicy(_Model):
     gpu: GpuPolicy = "spread"
 
 
+class PodGroup(_Model):
+    """The pod-group label the tenant's API server gives GPU pods HAMi places, so that HAMi's
+    Bind waits for its node lock (docs/placement-time.md)."""
+
+    label: str = Field(min_length=1)
+    value: str = Field(min_length=1)
+
+
 class Quota(_Model):
     namespace: str = Field(min_length=1)
     name: str = Field(min_length=1)
@@ -105,6 +113,8 @@ class Tenant(_Model):
     gpus: dict[str, list[Card]] = Field(default_factory=dict)
     scheduler_policy: SchedulerPolicy = Field(default_factory=SchedulerPolicy)
     quota: Quota | None = None
+    # None: the tenant's version serves no admission policy the lab switches on.
+    lock_wait: PodGroup | None = None
     # Where the HAMi release (webhook Service, scheduler) runs; the lab installs it here.
     hami_namespace: str = Field(default="kube-system", min_length=1)
 

@@ -71,6 +71,13 @@ ALL_CHECKS: tuple[Check, ...] = (
         konnectivity.port_forward,
         requires=("nodes.joined",),
     ),
+    # Read only (a dry run): whether a burst of GPU pods waits for HAMi's node lock.
+    Check(
+        "hami.lock-wait",
+        "GPU pods wait for HAMi's node lock",
+        gpu.lock_wait,
+        requires=API,
+    ),
     # Read only, before the GPU pods: whether kube-scheduler outwaits a Bind held on a node lock.
     Check(
         "hami.extender-timeout",

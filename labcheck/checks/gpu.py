@@ -38,6 +38,12 @@ from ..spec import Tenant
 from ..waiting import WaitTimeout
 
 WEBHOOK_CAUSE = "HAMi webhook not reached; Konnectivity tunnel or kube-proxy on workers broken"
+LOCK_WAIT_CAUSE = (
+    "the tenant's MutatingAdmissionPolicy hami-gpu-pods-wait-for-node-lock or its binding is "
+    "missing, or the API is off (v1.34-v1.35: the TenantControlPlane's apiServer extraArgs "
+    "--feature-gates and --runtime-config); a burst of GPU pods then waits out "
+    "kube-scheduler's backoff"
+)
 BIND_CAUSE = (
     "allocation never finished: the node lock or bind-phase is stuck (simulated: "
     "the lab agent is not completing allocations; real: device plugin Allocate failed)"
@@ -344,6 +350,29 @@ def _live_cards(ctx: RunContext, t: Tenant, node: str) -> list[CardState]:
 
 def _labels(ctx: RunContext, check: str) -> dict[str, str]:
     return run_labels(ctx.run_id, check)
+
+
+def lock_wait(ctx: RunContext, t: Tenant) -> str:
+    """A GPU pod is admitted as a pod-group member, so HAMi's Bind waits for its node lock
+    instead of failing into kube-scheduler's backoff. A server-side dry run: nothing is made."""
+    _needs_gpus(t)
+    if t.lock_wait is None:
+        raise CheckSkipped(
+            "the tenant's version serves no admission policy the lab switches on (before "
+            "v1.34): a burst of GPU pods waits out kube-scheduler's backoff"
+        )
+    label, value = t.lock_wait.label, t.lock_wait.value
+    body = gpu_pod(ctx.pod_name("lock-wait"), ctx.spec.test_image, _labels(ctx, "hami.lock-wait"),
+                   mem_mb=1)  # fmt: skip
+    admitted = ctx.tenant(t).create_pod(ctx.namespace(t), body, dry_run=True)
+    found = (admitted.get("metadata", {}).get("labels") or {}).get(label)
+    if found != value:
+        raise CheckFailed(
+            f"{label}={value} on a GPU pod",
+            f"{label}={found}" if found else f"no {label} label",
+            LOCK_WAIT_CAUSE,
+        )
+    return f"a GPU pod is admitted with {label}={value}: its Bind waits for HAMi's node lock"
 
 
 # 6 --------------------------------------------------------------------------------------

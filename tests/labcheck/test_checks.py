@@ -329,3 +329,33 @@ def test_gpu_pods_deleted_even_when_a_check_fails(check):
     lab.tenant("tenant-b").knobs.finish_alloc = False
     run(lab, only=[check])
     assert_clean(lab)
+
+
+def test_gpu_pods_wait_for_the_node_lock_shown_by_a_dry_run():
+    lab = standard_lab()
+    _, r = run(lab, only=["hami.lock-wait"])
+    result = r[("hami.lock-wait", "tenant-b")]
+    assert result.status is Status.PASS
+    assert "scheduling.x-k8s.io/pod-group=hami-node-lock-wait" in result.evidence
+    assert not lab.tenant("tenant-b").pods  # a dry run creates nothing
+    assert_clean(lab)
+
+
+def test_a_tenant_without_the_lock_wait_policy_fails_with_its_cause():
+    lab = standard_lab()
+    lab.tenant("tenant-a").knobs.lock_wait_policy = False
+    _, r = run(lab, only=["hami.lock-wait"])
+    result = r[("hami.lock-wait", "tenant-a")]
+    assert result.status is Status.FAIL
+    assert result.seen == "no scheduling.x-k8s.io/pod-group label"
+    assert "--feature-gates" in result.cause
+    assert r[("hami.lock-wait", "tenant-b")].status is Status.PASS
+
+
+def test_a_tenant_whose_version_serves_no_policy_is_skipped_with_the_reason():
+    lab = standard_lab()
+    lab.spec["tenants"][0]["lockWait"] = None
+    _, r = run(lab, only=["hami.lock-wait"])
+    result = r[("hami.lock-wait", "tenant-a")]
+    assert result.status is Status.SKIP
+    assert "before v1.34" in result.evidence

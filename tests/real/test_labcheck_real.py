@@ -33,7 +33,7 @@ from controlplane import ControlPlane, free_port
 
 from labcheck import RUN_ID_LABEL
 from labcheck.checks import ALL_CHECKS
-from labcheck.checks.gpu import WEBHOOK_CAUSE
+from labcheck.checks.gpu import LOCK_WAIT_CAUSE, WEBHOOK_CAUSE
 from labcheck.checks.isolation import PROBE_PATHS
 from labcheck.cluster import NO_SERVICE_ACCOUNT_CAUSE, ClusterError
 from labcheck.context import RunContext
@@ -657,3 +657,58 @@ def test_a_kubelet_the_api_server_cannot_reach_fails_the_tunnel_checks(
         ]
     assert results[("cleanup", "")].evidence == "deleted 4 object(s) by name"
     assert_nothing_left(planes, run_id)
+
+
+# --- the lock-wait policy ---------------------------------------------------------------------
+
+ADMISSION = "kubernetes:admissionregistration.k8s.io/v1beta1"
+LOCK_WAIT_POLICY = "hami-gpu-pods-wait-for-node-lock"  # builders/lock_wait_policy.py
+
+
+@pytest.mark.upstream("kube-mutating-admission-policy-stages")
+def test_lock_wait_passes_where_the_programs_policy_runs_and_fails_where_it_does_not(
+    lab_program, planes
+):
+    """tenant-a's provider's lock-wait policy and binding, server-side applied to tenant-a's
+    plane only: labcheck's dry run shows the label there, and names the missing policy on
+    tenant-b's; neither creates a pod."""
+    api = "admissionregistration.k8s.io/v1beta1"
+    manifests = [
+        {**m, "apiVersion": api}
+        for kind in ("MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding")
+        for m in declared(lab_program, f"{ADMISSION}:{kind}", "tenant-a")
+        if m["metadata"]["name"] == LOCK_WAIT_POLICY
+    ]
+    assert [m["kind"] for m in manifests] == [
+        "MutatingAdmissionPolicy",
+        "MutatingAdmissionPolicyBinding",
+    ]
+    plane = planes["tenant-a"]
+    for manifest in manifests:
+        plane.kubectl("apply", "--server-side", "--field-manager=pulumi-kubernetes", "-f", "-",
+                      input=json.dumps(manifest))  # fmt: skip
+    try:
+        spec = lab_spec(lab_program, planes)
+        deadline = time.monotonic() + 30  # the policy takes effect once its informer has it
+        while True:
+            results, run_id = run_labcheck(spec, ["hami.lock-wait"])
+            passed = results[("hami.lock-wait", "tenant-a")].status is Status.PASS
+            if passed or time.monotonic() > deadline:
+                break
+            time.sleep(1)
+        assert verdict(results[("hami.lock-wait", "tenant-a")])[0] == "pass"
+        assert "scheduling.x-k8s.io/pod-group=hami-node-lock-wait" in (
+            results[("hami.lock-wait", "tenant-a")].evidence
+        )
+        assert verdict(results[("hami.lock-wait", "tenant-b")]) == (
+            "fail",
+            "scheduling.x-k8s.io/pod-group=hami-node-lock-wait on a GPU pod",
+            "no scheduling.x-k8s.io/pod-group label",
+            LOCK_WAIT_CAUSE,
+        )
+        for tenant in TENANTS:
+            pods = planes[tenant].get_json("pods", "-A", "-l", f"{RUN_ID_LABEL}={run_id}")
+            assert pods["items"] == []
+    finally:
+        for manifest in reversed(manifests):
+            plane.kubectl("delete", manifest["kind"], manifest["metadata"]["name"])

@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from builders.lock_wait_policy import POD_GROUP_LABEL, POD_GROUP_VALUE
 from labcheck.cluster import ClusterError, server_of
 from labcheck.context import RunContext
 from labcheck.result import Result
@@ -187,6 +188,8 @@ class Knobs:
     container_exits: bool = False  # bound and allocated, then the container fails
     accept_foreign: bool = False  # authenticate other clusters' tokens (isolation broken)
     dry_run_error: dict[str, str] = field(default_factory=dict)  # plural -> message
+    # The program's admission policy labels GPU pods HAMi places as pod-group members.
+    lock_wait_policy: bool = True
 
 
 class FakeCluster:
@@ -283,7 +286,7 @@ class FakeServer:
             raise ClusterError(404, f'pods "{name}" not found')
         return copy.deepcopy(self.pods[(namespace, name)])
 
-    def create_pod(self, namespace: str, body: Obj) -> Obj:
+    def create_pod(self, namespace: str, body: Obj, dry_run: bool = False) -> Obj:
         if namespace not in self.namespaces:
             raise ClusterError(404, f'namespaces "{namespace}" not found')
         pod = copy.deepcopy(body)
@@ -294,9 +297,14 @@ class FakeServer:
         pod["metadata"].setdefault("annotations", {})
         pod["spec"].setdefault("schedulerName", "default-scheduler")
         pod["status"] = {"phase": "Pending"}
+        limits = pod["spec"]["containers"][0].get("resources", {}).get("limits", {})
+        labels = pod["metadata"].setdefault("labels", {})
+        if self.knobs.lock_wait_policy and "nvidia.com/gpu" in limits:
+            labels.setdefault(POD_GROUP_LABEL, POD_GROUP_VALUE)
+        if dry_run:
+            return pod
         self._seq += 1
         pod["_seq"] = self._seq
-        limits = pod["spec"]["containers"][0].get("resources", {}).get("limits", {})
         if any(k in limits for k in HAMI_RES) and self.knobs.webhook and self._endpoint_ready():
             pod["spec"]["schedulerName"] = "hami-scheduler"
             self._admit_quota(namespace, name, limits)
@@ -760,6 +768,7 @@ class FakeLab:
                 "gpus": {node: full} if cards else {},
                 "schedulerPolicy": {"node": policy[0], "gpu": policy[1]},
                 "quota": quota,
+                "lockWait": {"label": POD_GROUP_LABEL, "value": POD_GROUP_VALUE},
             }
         )
         return s
