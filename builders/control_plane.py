@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 from typing import Any
 
-from builders import lock_wait_policy
+from builders import admission_policy
 from builders.kamaji import DATASTORE
 from labconfig.model import TenantConfig
 from planning.footprint import CONTROL_PLANE_RESOURCES, KONNECTIVITY_SERVER_RESOURCES
@@ -65,18 +65,22 @@ def apiserver_extra_args(tenant: TenantConfig) -> list[str]:
     its version. Kamaji appends them verbatim after its sorted flags, dropping only the flags
     it manages (internal/builders/controlplane/deployment.go:753-824 at the pinned commit)."""
     args = []
-    if gates := lock_wait_policy.feature_gates(tenant):
+    if gates := admission_policy.feature_gates(tenant):
         args.append(f"--feature-gates={_flag_list(gates)}")
-    if apis := lock_wait_policy.runtime_config(tenant):
+    if apis := admission_policy.runtime_config(tenant):
         args.append(f"--runtime-config={_flag_list(apis)}")
     return args
 
 
 def _deployment(tenant: TenantConfig) -> dict[str, Any]:
-    deployment: dict[str, Any] = {"replicas": 1, "resources": CONTROL_PLANE_RESOURCES}
-    if extra := apiserver_extra_args(tenant):
-        deployment["extraArgs"] = {"apiServer": extra}
-    return deployment
+    # Always set, even empty: Kamaji resets the API server's flags when the extras change only
+    # while extraArgs is set (deployment.go:1182-1208), so a flag the program stops passing
+    # (a tenant moved to v1.36) would otherwise stay on the container.
+    return {
+        "replicas": 1,
+        "resources": CONTROL_PLANE_RESOURCES,
+        "extraArgs": {"apiServer": apiserver_extra_args(tenant)},
+    }
 
 
 def tenant_control_plane_manifest(tenant: TenantConfig, address: str) -> dict[str, Any]:

@@ -181,6 +181,44 @@ echo "$API_ENDPOINT answers" >&2
     )
 
 
+def admission_policy_api_wait_script(
+    timeout_seconds: int = 300, consecutive: int = 3, interval_seconds: int = 2
+) -> str:
+    """Waits until the tenant API server serves MutatingAdmissionPolicies under POLICY_API
+    (e.g. admissionregistration.k8s.io/v1beta1), `consecutive` times in a row.
+
+    On v1.34-v1.35 a tenant serves them only with the flags the program passes through Kamaji;
+    after those flags change, Kamaji rolls the API server while the control plane still reports
+    Ready, and for a moment the Service may reach either pod: one answer is not enough. Needs
+    LAB_KUBECONFIG (the tenant's admin kubeconfig) and POLICY_API.
+    """
+    return (
+        STRICT
+        + KUBECONFIG_PRELUDE
+        + f"""deadline=$(( $(date +%s) + {timeout_seconds} ))
+served=0
+while [ "$served" -lt {consecutive} ]; do
+  if kubectl --request-timeout=10s get --raw "/apis/$POLICY_API" 2>/dev/null \\
+      | grep -q '"name":"mutatingadmissionpolicies"'; then
+    served=$((served + 1))
+  else
+    served=0
+  fi
+  if [ "$served" -lt {consecutive} ] && [ "$(date +%s)" -ge "$deadline" ]; then
+    echo "the tenant API server did not serve mutatingadmissionpolicies in $POLICY_API" \\
+      "within {timeout_seconds}s; on v1.34-v1.35 it needs" \\
+      "--feature-gates=MutatingAdmissionPolicy=true and --runtime-config in the" \\
+      "TenantControlPlane's spec.controlPlane.deployment.extraArgs.apiServer" >&2
+    kubectl --request-timeout=10s get --raw "/apis/$POLICY_API" >&2 || true
+    exit 1
+  fi
+  [ "$served" -ge {consecutive} ] || sleep {interval_seconds}
+done
+echo "mutatingadmissionpolicies served in $POLICY_API" >&2
+"""
+    )
+
+
 def worker_join_script(join_timeout_seconds: int = 120) -> str:
     """Joins a kindest/node container to its tenant with kubeadm, once.
 

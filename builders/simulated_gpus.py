@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import gpu_agent
-from builders.lock_wait_policy import policy_api_version
+from builders.admission_policy import cel_string, mutating_policy, policy_api_version
 from gpu_agent.hami import REGISTER_ANNOTATION, register_value
 from labconfig.model import TenantConfig
 from planning.footprint import GPU_AGENT_RESOURCES
@@ -124,10 +124,6 @@ def _pod_spec(image: str) -> dict[str, Any]:
 REGISTRATION_POLICY = "hami-simulated-gpus-registered-at-join"
 
 
-def cel_string(text: str) -> str:
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
 def registrations(tenant: TenantConfig, split_count: int) -> dict[str, str]:
     """Per node, the registration annotation exactly as the agent writes it."""
     config = gpu_agent.parse_config(agent_config(tenant, split_count))
@@ -151,50 +147,17 @@ def registration_policy_manifests(tenant: TenantConfig, split_count: int) -> lis
         return []
     nodes = "[" + ", ".join(cel_string(node) for node in values) + "]"
     table = "{" + ", ".join(f"{cel_string(n)}: {cel_string(v)}" for n, v in values.items()) + "}"
-    policy = {
-        "apiVersion": api_version,
-        "kind": "MutatingAdmissionPolicy",
-        "metadata": {"name": REGISTRATION_POLICY},
-        "spec": {
-            "failurePolicy": "Ignore",  # the agent registers the node anyway, moments later
-            "reinvocationPolicy": "Never",
-            "matchConstraints": {
-                "resourceRules": [
-                    {
-                        "apiGroups": [""],
-                        "apiVersions": ["v1"],
-                        "operations": ["CREATE"],
-                        "resources": ["nodes"],
-                    }
-                ]
-            },
-            "matchConditions": [
-                {"name": "a-simulated-gpu-node", "expression": f"object.metadata.name in {nodes}"},
-                {
-                    "name": "not-registered-yet",
-                    "expression": (
-                        "!has(object.metadata.annotations) || "
-                        f"!('{REGISTER_ANNOTATION}' in object.metadata.annotations)"
-                    ),
-                },
-            ],
-            "mutations": [
-                {
-                    "patchType": "ApplyConfiguration",
-                    "applyConfiguration": {
-                        "expression": (
-                            "Object{metadata: Object.metadata{annotations: "
-                            f'{{"{REGISTER_ANNOTATION}": {table}[object.metadata.name]}}}}}}'
-                        )
-                    },
-                }
-            ],
+    annotations = "object.metadata.annotations"
+    return mutating_policy(
+        api_version,
+        REGISTRATION_POLICY,
+        "nodes",
+        {
+            "a-simulated-gpu-node": f"object.metadata.name in {nodes}",
+            "not-registered-yet": (
+                f"!has({annotations}) || !('{REGISTER_ANNOTATION}' in {annotations})"
+            ),
         },
-    }
-    binding = {
-        "apiVersion": api_version,
-        "kind": "MutatingAdmissionPolicyBinding",
-        "metadata": {"name": REGISTRATION_POLICY},
-        "spec": {"policyName": REGISTRATION_POLICY},
-    }
-    return [policy, binding]
+        "Object{metadata: Object.metadata{annotations: "
+        f'{{"{REGISTER_ANNOTATION}": {table}[object.metadata.name]}}}}}}',
+    )

@@ -170,7 +170,7 @@ def build_tenant(
             split_count=cfg.hami_split_count,
             node_lock_timeout=cfg.hami_node_lock_timeout,
             provider=control_plane.provider,
-            depends_on=[gpu_nodes or cni],
+            depends_on=[gpu_nodes or cni, *_present(control_plane.policy_api_ready)],
         ),
         child,
     )
@@ -325,3 +325,7 @@ def _validation(
             depends_on=last_steps,
         ),
     )
+
+
+def _present(resource: pulumi.Resource | None) -> list[pulumi.Resource]:
+    return [resource] if resource is not None else []

@@ -16,9 +16,9 @@ def admission_policy_resources(
     resources = []
     for manifest in manifests:
         version = manifest["apiVersion"].rsplit("/", 1)[1]
-        kind = getattr(getattr(k8s.admissionregistration, version), manifest["kind"])
+        resource_type = getattr(getattr(k8s.admissionregistration, version), manifest["kind"])
         resources.append(
-            kind(
+            resource_type(
                 f"{name}-{manifest['kind'].lower()}",
                 metadata=manifest["metadata"],
                 spec=manifest["spec"],

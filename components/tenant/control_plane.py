@@ -15,14 +15,20 @@ import pulumi_command as command
 import pulumi_kubernetes as k8s
 import yaml
 
+from builders.admission_policy import policy_api_version
 from builders.control_plane import (
     API_PORT,
     LAB_LABEL,
     READY_TIMEOUT_SECONDS,
+    apiserver_extra_args,
     tenant_control_plane_manifest,
 )
 from builders.kubeconfig import checked_kubeconfig
-from builders.scripts import api_server_healthz_wait_script, control_plane_admission_wait_script
+from builders.scripts import (
+    admission_policy_api_wait_script,
+    api_server_healthz_wait_script,
+    control_plane_admission_wait_script,
+)
 from labconfig.model import TenantConfig
 
 
@@ -161,6 +167,20 @@ class Tenant(pulumi.ComponentResource):
             cluster_identifier=self.identity,
             opts=pulumi.ResourceOptions(parent=self),
         )
+        # Before the tenant's admission policies (HAMi's lock wait, the simulated GPUs'
+        # registration): the API server serves them once it runs with the flags of this
+        # version, also right after those flags changed on a running tenant.
+        self.policy_api_ready = None
+        if api_version := policy_api_version(tenant):
+            self.policy_api_ready = command.local.Command(
+                f"{name}-policy-api-ready",
+                create=admission_policy_api_wait_script(),
+                environment={"LAB_KUBECONFIG": self.kubeconfig, "POLICY_API": api_version},
+                triggers=[self.api_ready.id, api_version, *apiserver_extra_args(tenant)],
+                opts=pulumi.ResourceOptions(
+                    parent=self, depends_on=[self.control_plane, self.api_ready]
+                ),
+            )
         self.register_outputs(
             {
                 "endpoint": self.endpoint,

@@ -67,12 +67,13 @@ class Hami(pulumi.ComponentResource):
                 ),
             ),
         )
-        # Every GPU pod HAMi places waits for its node lock in Bind (docs/placement-time.md).
-        after_nodes = pulumi.ResourceOptions.merge(
+        # Every GPU pod HAMi places waits for its node lock in Bind (docs/placement-time.md); after
+        # the CNI (or GPU nodes) and the gate on the tenant's policy API (components/lab.py).
+        after_cni = pulumi.ResourceOptions.merge(
             on_tenant, pulumi.ResourceOptions(depends_on=args.depends_on)
         )
         self.lock_wait_policy = admission_policy_resources(
-            name, policy_manifests(args.tenant), after_nodes
+            name, policy_manifests(args.tenant), after_cni
         )
         self.quota = None
         if args.tenant.gpu_quota_mb:

@@ -73,7 +73,7 @@ class SimulatedGpus(pulumi.ComponentResource):
         self.registration_policy = admission_policy_resources(
             f"{name}-registration",
             registration_policy_manifests(args.tenant, args.split_count),
-            child,
+            pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=args.depends_on)),
         )
         self.inventory = config["nodes"]
         self.register_outputs({"inventory": self.inventory})

@@ -7,7 +7,6 @@ import json
 import pytest
 
 from builders.hami import (
-    EXTENDER_KUBE_BURST,
     device_plugin_values,
     gpu_quota_manifest,
     hami_values,
@@ -49,13 +48,12 @@ def test_gpu_quota_uses_hamis_key():
 @pytest.mark.upstream("hami-extender-client-rate-flags", "hami-v2.10-one-rate-limited-client")
 def test_hami_extenders_client_is_sized_to_its_lock_polling():
     """HAMi's default 5 QPS / burst 10 throttled every Bind to ~1.3 s in a 20-pod burst (D6);
-    50/100 still let the lock polls starve the calls that place pods. The bucket holds the
-    first second of a 20-pod burst's polls: 19 waiting Binds x 2 GETs x 10 polls."""
+    at 50/100 the lock polls starved the calls that place pods (a 50-pod burst: the last after
+    17.6-18.4 s against the real HAMi, 6.9-7.0 s at 200/400; docs/placement-time.md). What the
+    flags do to a burst is measured in tests/real/test_placement_burst.py."""
     args = hami_values(TENANT_A, 10, "5m")["scheduler"]["extender"]["extraArgs"]
     assert args[-2:] == ["--kube-qps=200", "--kube-burst=400"]
     assert args[:3] == ["--debug", "-v=4", "--node-lock-timeout=5m"]
-    polls_in_first_second = (20 - 1) * 2 * 10
-    assert polls_in_first_second <= EXTENDER_KUBE_BURST
 
 
 @pytest.mark.upstream("hami-chart-runtime-class-is-a-hook")

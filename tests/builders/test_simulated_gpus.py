@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
+from builders.admission_policy import cel_string
 from builders.simulated_gpus import (
     agent_config,
     agent_manifests,
-    cel_string,
     registration_policy_manifests,
     registrations,
 )
@@ -76,5 +76,5 @@ def test_no_registration_policy_where_the_tenant_serves_none():
     assert registration_policy_manifests(old, 10) == []
 
 
-def test_a_quote_in_a_value_cannot_end_thecel_string():
+def test_a_quote_in_a_value_cannot_end_the_cel_string():
     assert cel_string("a'b\\c") == "'a\\'b\\\\c'"

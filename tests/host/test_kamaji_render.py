@@ -69,7 +69,8 @@ KAMAJI_APISERVER = [
     "--tls-cert-file=/etc/kubernetes/pki/apiserver.crt",
     "--tls-private-key-file=/etc/kubernetes/pki/apiserver.key",
     "--feature-gates=MutatingAdmissionPolicy=true",
-    "--runtime-config=admissionregistration.k8s.io/v1beta1=true",
+    "--runtime-config=admissionregistration.k8s.io/v1beta1/mutatingadmissionpolicies=true,"
+    "admissionregistration.k8s.io/v1beta1/mutatingadmissionpolicybindings=true",
 ]
 KAMAJI_CONTROLLER_MANAGER = [
     "kube-controller-manager",

@@ -144,17 +144,21 @@ class HamiClient:
             "Authorization": f"Bearer {self.api.token}",
             "Content-Type": content_type if method == "PATCH" else "application/json",
         }
-        for attempt in (1, 2):  # a kept-alive connection the server closed: one new one
-            connection = self._connection()
+        while True:
+            connection, reused = self._connection()
+            sent = False
             try:
                 connection.request(method, path, body=data, headers=headers)
+                sent = True
                 response = connection.getresponse()
                 payload = response.read()
             except (http.client.HTTPException, OSError):
                 connection.close()
-                if attempt == 2:
-                    raise
-                continue
+                # A kept-alive connection the server had closed: once more on a new one, unless
+                # a write may already have reached the server (a second Binding would be a 409).
+                if reused and (not sent or method == "GET"):
+                    continue
+                raise
             self.idle.put(connection)
             if response.status >= 400:
                 url = self.api.server + path
@@ -162,13 +166,14 @@ class HamiClient:
                     url, response.status, response.reason, response.headers, io.BytesIO(payload)
                 )
             return json.loads(payload or b"{}")
-        raise AssertionError("unreachable")
 
-    def _connection(self) -> http.client.HTTPSConnection:
+    def _connection(self) -> tuple[http.client.HTTPSConnection, bool]:
+        """An idle kept-alive connection (True), else a new one (False)."""
         try:
-            return self.idle.get_nowait()
+            return self.idle.get_nowait(), True
         except queue.Empty:
-            return http.client.HTTPSConnection(self.host, context=self.api.context, timeout=10)
+            fresh = http.client.HTTPSConnection(self.host, context=self.api.context, timeout=10)
+            return fresh, False
 
     def node(self, name: str) -> dict:
         return self.call("GET", f"/api/v1/nodes/{name}")
@@ -325,17 +330,19 @@ class HamiExtender:
                 _charge(*held, sign=-1)
             known = self.node in names and self.registry.registered()
             failed = {n: "node unregistered" for n in names if n != self.node or not known}
-            if not known:
-                return {"FailedNodes": failed}
-            fitting = [c for c in self.cards if c.fits(mem, cores)]
-            if not fitting:
-                failed.setdefault(self.node, "CardInsufficientMemory")
-                return {"FailedNodes": failed}
-            card = min(fitting, key=CardState.score)  # the tenant's gpu policy: spread
-            _charge(card, mem, cores)
-            self.allocations[meta["uid"]] = (card, mem, cores)
-            self.pods[key] = pod
-            self.records.setdefault(key, BindRecord())
+            fitting = [c for c in self.cards if c.fits(mem, cores)] if known else []
+            if known and not fitting:
+                failed[self.node] = "CardInsufficientMemory"
+            if fitting:
+                card = min(fitting, key=CardState.score)  # the tenant's gpu policy: spread
+                _charge(card, mem, cores)
+                self.allocations[meta["uid"]] = (card, mem, cores)
+                self.pods[key] = pod
+                self.records.setdefault(key, BindRecord())
+        if not fitting:  # FilteringFailed (scheduler.go:1106-1111), through the same client
+            message = f"no available node, {len(names)} nodes do not meet"
+            self.events.record(pod, "FilteringFailed", message)
+            return {"FailedNodes": failed}
         HamiScheduler(self.api, self.node).filter(
             meta["name"], card.id, mem, cores, meta["namespace"]
         )
@@ -535,12 +542,26 @@ class NodeRegistry:
                 with urllib.request.urlopen(request, context=self.api.context, timeout=90) as out:
                     for line in out:
                         event = json.loads(line)
-                        if event["type"] == "ERROR":
-                            break
+                        if event["type"] == "ERROR":  # e.g. 410 Gone: the informer relists
+                            raise ValueError(event["object"].get("message", "watch error"))
                         version = event["object"]["metadata"]["resourceVersion"]
                         self._on_event(event["type"], event["object"])
             except (OSError, ValueError):
-                time.sleep(0.2)
+                time.sleep(1)
+                version = self._relist(version)
+
+    def _relist(self, version: str) -> str:
+        """The informer's relist: the node as it is now (an update: no register pass)."""
+        try:
+            path = f"/api/v1/nodes?fieldSelector=metadata.name%3D{self.node}"
+            listed = self.api.call("GET", path)
+        except (OSError, ValueError):
+            return version
+        with self.lock:
+            self.latest = (listed.get("items") or [None])[0]
+            if self.latest is None:
+                self.known = False
+        return listed["metadata"]["resourceVersion"]
 
     def _on_event(self, kind: str, node: dict) -> None:
         with self.lock:

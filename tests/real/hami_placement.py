@@ -38,6 +38,7 @@ from test_agent_real import (
     GPU_NODE,
     LAB,
     PROCESS_TENANT,
+    WORK_NS,
     AgentProcess,
     Rest,
     apply_agent_rbac,
@@ -228,6 +229,18 @@ def placement_lab(
             extender.close()
         agent.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def placement_lab_on_new_plane(
+    start_control_plane: Any, name: str, **options: Any
+) -> Iterator[PlacementLab]:
+    """A plane of its own (the ``start_control_plane`` fixture) with the GPU workloads'
+    namespace, and ``placement_lab`` on it."""
+    plane = start_control_plane(name)
+    plane.create_namespace(WORK_NS)
+    with placement_lab(plane, **options) as lab:
+        yield lab
 
 
 def report(capsys: pytest.CaptureFixture[str], line: str) -> None:

@@ -9,11 +9,15 @@ mutating admission chain and returns the object as it would be stored.
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
+from binaries import bin_path
 from controlplane import ControlPlane, wait_until
 
+from builders.admission_policy import policy_api_version
 from builders.lock_wait_policy import POD_GROUP_LABEL, POD_GROUP_VALUE, policy_manifests
+from builders.scripts import admission_policy_api_wait_script
 from labconfig.parse import parse_config
 from tests.support.pulumi_harness import lab_stack_config
 
@@ -80,14 +84,41 @@ def plane(start_control_plane) -> ControlPlane:
     return plane
 
 
+def policy_api_gate(plane: ControlPlane, timeout_seconds: int) -> subprocess.CompletedProcess:
+    """The program's gate before a tenant's policies, with the real kubectl."""
+    return subprocess.run(
+        ["/bin/sh", "-c", admission_policy_api_wait_script(timeout_seconds, interval_seconds=0)],
+        env={
+            "PATH": f"{bin_path('kubectl').parent}:/usr/bin:/bin",
+            "LAB_KUBECONFIG": plane.kubeconfig().read_text(),
+            "POLICY_API": policy_api_version(TENANT) or "",
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
 @pytest.mark.upstream("kube-mutating-admission-policy-stages")
 def test_without_the_programs_flags_a_v1_35_api_server_serves_no_policy(start_control_plane):
-    """Beta and off in v1.35: the program's gate and runtime-config are what switch it on."""
+    """Beta and off in v1.35: the program's gate and runtime-config are what switch it on;
+    the program's gate before the policies says so instead of letting the create fail."""
     bare = start_control_plane("no-tenant-flags", full=False, tenant_args=())
     (policy, _) = policy_manifests(TENANT)
     result = bare.kubectl("apply", "-f", "-", input=json.dumps(policy), check=False)
     assert result.returncode != 0
     assert 'no matches for kind "MutatingAdmissionPolicy"' in result.stderr
+    gate = policy_api_gate(bare, timeout_seconds=0)
+    assert gate.returncode == 1
+    assert "did not serve mutatingadmissionpolicies" in gate.stderr
+
+
+def test_with_them_the_gate_opens(plane):
+    gate = policy_api_gate(plane, timeout_seconds=30)
+    assert gate.returncode == 0, gate.stderr
+    assert "mutatingadmissionpolicies served in admissionregistration.k8s.io/v1beta1" in (
+        gate.stderr
+    )
 
 
 @pytest.mark.upstream("hami-v2.10-pod-group-bind-waits-for-lock")
@@ -102,6 +133,21 @@ def test_a_pod_already_on_hamis_scheduler_is_labelled_too(plane):
 
 def test_a_gpu_init_container_is_enough(plane):
     body = pod("init", init_limits={"nvidia.com/gpu": "1"})
+    assert labels_of(plane, body)[POD_GROUP_LABEL] == POD_GROUP_VALUE
+
+
+def test_a_pod_asking_only_memory_and_cores_is_labelled(plane):
+    """HAMi's webhook, which runs after the policy, adds nvidia.com/gpu: 1 to such a pod
+    (defaultGPUNum), and HAMi's Bind takes the node lock for it like any other."""
+    body = pod("memory-only", limits={"nvidia.com/gpumem": "8000", "nvidia.com/gpucores": "20"})
+    assert labels_of(plane, body)[POD_GROUP_LABEL] == POD_GROUP_VALUE
+    percent = pod("percent", limits={"nvidia.com/gpumem-percentage": "50"})
+    assert labels_of(plane, percent)[POD_GROUP_LABEL] == POD_GROUP_VALUE
+
+
+def test_an_empty_pod_group_is_no_group(plane):
+    """HAMi takes only a non-empty value for membership; the policy fills an empty one."""
+    body = pod("empty-group", limits=GPU_LIMITS, labels={POD_GROUP_LABEL: ""})
     assert labels_of(plane, body)[POD_GROUP_LABEL] == POD_GROUP_VALUE
 
 

@@ -30,7 +30,7 @@ from collections.abc import Iterator
 import pytest
 from controlplane import ControlPlane, ControlPlaneError, wait_until
 from hami_extender import POD_GROUP_LABEL
-from hami_placement import PlacementLab, placement_lab, report
+from hami_placement import PlacementLab, placement_lab_on_new_plane, report
 from test_agent_real import (
     GPU_NODE,
     LOCK,
@@ -103,17 +103,18 @@ def lock_wait_policy(plane: ControlPlane) -> Iterator[None]:
 
 @pytest.fixture(scope="module")
 def burst_lab(start_control_plane) -> Iterator[PlacementLab]:
-    plane = start_control_plane("burst")
-    plane.create_namespace(WORK_NS)
-    with placement_lab(plane) as lab:
+    with placement_lab_on_new_plane(start_control_plane, "burst") as lab:
         yield lab
 
 
 @pytest.fixture(scope="module")
 def large_lab(start_control_plane) -> Iterator[PlacementLab]:
-    plane = start_control_plane("burst-large")
-    plane.create_namespace(WORK_NS)
-    with placement_lab(plane, split_count=LARGE_SPLIT) as lab, lock_wait_policy(plane):
+    with (
+        placement_lab_on_new_plane(
+            start_control_plane, "burst-large", split_count=LARGE_SPLIT
+        ) as lab,
+        lock_wait_policy(lab.plane),
+    ):
         yield lab
 
 

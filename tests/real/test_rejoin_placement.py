@@ -23,7 +23,7 @@ from collections.abc import Iterator
 
 import pytest
 from controlplane import ControlPlane, wait_until
-from hami_placement import PlacementLab, placement_lab, registered, report
+from hami_placement import PlacementLab, placement_lab_on_new_plane, registered, report
 from test_agent_real import GPU_NODE, LAB, PROCESS_TENANT, REGISTER, WORK_NS, allocated, gpu_pod
 
 from builders.simulated_gpus import registration_policy_manifests, registrations
@@ -33,9 +33,7 @@ FIRST_POD_SECONDS = 5.0  # after a re-join, the first GPU pod is allocated withi
 
 @pytest.fixture(scope="module")
 def rejoin_lab(start_control_plane) -> Iterator[PlacementLab]:
-    plane = start_control_plane("rejoin")
-    plane.create_namespace(WORK_NS)
-    with placement_lab(plane) as lab:
+    with placement_lab_on_new_plane(start_control_plane, "rejoin") as lab:
         yield lab
 
 
@@ -89,7 +87,11 @@ def test_without_the_policy_the_first_pod_waits_for_hamis_tick(rejoin_lab, capsy
 @pytest.mark.upstream("hami-registration-read-on-tick", "kube-mutating-admission-policy-stages")
 def test_registered_in_its_creation_its_first_pod_is_allocated_in_seconds(rejoin_lab, capsys):
     apply_registration_policy(rejoin_lab.plane)
-    took = rejoin(rejoin_lab, "after-rejoin")
+    try:
+        took = rejoin(rejoin_lab, "after-rejoin")
+    finally:
+        for manifest in registration_policy_manifests(PROCESS_TENANT, LAB.hami_split_count):
+            rejoin_lab.plane.kubectl("delete", manifest["kind"], manifest["metadata"]["name"])
     report(capsys, f"re-join, registration policy: first GPU pod allocated after {took:.1f} s")
     node = rejoin_lab.admin.node(GPU_NODE)
     assert (
