@@ -19,6 +19,8 @@ AS_ROOT = 'SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo -n"\n'
 # Named on every kubeadm call: with a second runtime (cri-dockerd, CRI-O) kubeadm refuses to guess.
 CRI_SOCKET = "unix:///run/containerd/containerd.sock"
 CONTAINERD_CONFIG = "/etc/containerd/config.toml"
+# What the host preflight reads too (preflight/host_facts.py): only the cgroup v2 root has it.
+CGROUP_V2_MARKER = "/sys/fs/cgroup/cgroup.controllers"
 # Kubernetes v1.35 is the last minor that supports containerd 1.x.
 FIRST_MINOR_WITHOUT_CONTAINERD_1 = (1, 36)
 
@@ -38,6 +40,13 @@ def prepare_script(node_name: str, kubernetes_version: str, gpu_mode: str) -> st
         + f"""\
 command -v apt-get >/dev/null || {{
   echo {node}": only Debian/Ubuntu hosts are prepared automatically" >&2; exit 1; }}
+if [ ! -e {CGROUP_V2_MARKER} ]; then
+  echo {node}": the host runs cgroup v1; the kubelet config Kamaji gives the tenant keeps" \\
+    "failCgroupV1: true, so the kubelet would not start after kubeadm join. Boot with" \\
+    "systemd.unified_cgroup_hierarchy=1 (GRUB_CMDLINE_LINUX in /etc/default/grub, then" \\
+    "update-grub and a reboot), then run pulumi up again" >&2
+  exit 1
+fi
 printf 'overlay\\nbr_netfilter\\n' | $SUDO tee /etc/modules-load.d/kamaji-hami-lab.conf >/dev/null
 $SUDO modprobe overlay
 $SUDO modprobe br_netfilter

@@ -571,6 +571,20 @@ def test_prepare_installs_containerd_and_kubeadm_on_a_bare_host(host: FakeHost):
     assert containerd_restarts(host) == 1
 
 
+@pytest.mark.upstream("kubelet-fail-cgroupv1-flag")
+def test_prepare_refuses_a_cgroup_v1_host_before_touching_it(host: FakeHost):
+    """The tenant's kubelet config (Kamaji's, failCgroupV1 true) would stop the kubelet after
+    kubeadm join on a cgroup v1 host; the prepare script says so first and changes nothing."""
+    host.set_remote_cgroup_v2(False)
+    result = host.run_remote(prepare_script("gpu-host-1", "v1.35.0", "real"))
+    assert result.returncode == 1
+    assert "gpu-host-1: the host runs cgroup v1" in result.stderr
+    assert "failCgroupV1: true" in result.stderr
+    assert "systemd.unified_cgroup_hierarchy=1" in result.stderr
+    assert host.calls() == [["id", "-u"]]  # no sudo, no package, no module, no sysctl
+    assert not (host.state.host_root / "etc/modules-load.d/kamaji-hami-lab.conf").exists()
+
+
 def test_prepare_stops_at_the_first_failing_step(host: FakeHost):
     host.set_remote(offline=True)
     result = host.run_remote(prepare_script("gpu-host-1", "v1.35.0", "nvml-mock"))

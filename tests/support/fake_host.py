@@ -129,8 +129,11 @@ class State:
 
 
 def map_paths(text: str, root: Path) -> str:
-    """A path under /etc/ as seen inside a container or remote host whose root is `root`."""
-    return text.replace("/etc/", f"{root}/etc/")
+    """A path under /etc/ or /sys/fs/cgroup/ as seen inside a container or remote host whose
+    root is `root`."""
+    for prefix in ("/etc/", "/sys/fs/cgroup/"):
+        text = text.replace(prefix, f"{root}{prefix}")
+    return text
 
 
 # --------------------------------------------------------------------------- tools
@@ -641,7 +644,17 @@ class FakeHost:
             "etc/sysctl.d",
         ):
             (self.state.host_root / directory).mkdir(parents=True)
+        self.set_remote_cgroup_v2(True)
         self.state.save("tenant", {"nodes": {}, "kubeconfig": "tenant-admin-kubeconfig"})
+
+    def set_remote_cgroup_v2(self, unified: bool) -> None:
+        """The remote host's cgroup hierarchy: v2 (the root's cgroup.controllers) or v1."""
+        marker = self.state.host_root / "sys/fs/cgroup/cgroup.controllers"
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        if unified:
+            marker.write_text("cpuset cpu io memory hugetlb pids rdma misc\n")
+        else:
+            marker.unlink(missing_ok=True)
 
     # -- running scripts
 
