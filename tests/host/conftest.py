@@ -146,9 +146,9 @@ def lab_network(docker: Docker) -> Iterator[CreatedNetwork]:
 # where what a module does to the workers (restarts, a leave) comes after what others check.
 TENANT_MODULES = (
     "test_tenant_join.py",
+    "test_tenant_lock_wait_policy.py",  # before labcheck, which applies the policy it shows
     "test_tenant_labcheck.py",
     "test_tenant_konnectivity.py",
-    "test_tenant_lock_wait_policy.py",
     "test_tenant_agent.py",
     "test_tenant_lifecycle.py",
 )

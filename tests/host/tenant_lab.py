@@ -40,6 +40,7 @@ from test_node_image import mirrored_config, wait_for_boot
 from test_workers import create_as_the_provider, leftover
 
 from builders.kubeconfig import checked_kubeconfig
+from builders.lock_wait_policy import POD_GROUP_LABEL
 from preflight.checks import kube_proxy_conntrack_max
 from preflight.host_facts import online_cpus
 from tests.support.docker_readback import container_attributes
@@ -229,6 +230,36 @@ class TenantLab:
         assert objects, f"the program declares no lock-wait policy in {tenant}"
         self.apply_objects(tenant, objects)
         return objects
+
+    def dry_run_gpu_pod_labels(self, tenant: str) -> dict[str, str]:
+        """The labels a user's GPU pod would be stored with (a server-side dry run)."""
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "user-gpu-pod", "namespace": "default"},
+            "spec": {
+                "containers": [
+                    {
+                        "name": "c",
+                        "image": "registry.invalid/app:1",
+                        "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                    }
+                ]
+            },
+        }
+        created = self.kubectl(
+            tenant, "create", "--dry-run=server", "-o", "json", "-f", "-", input=json.dumps(pod)
+        )
+        return json.loads(created)["metadata"].get("labels") or {}
+
+    def ensure_lock_wait_policy(self, tenant: str) -> None:
+        """The program's lock-wait policy applied and in effect (its informer has it)."""
+        self.apply_lock_wait_policy(tenant)
+        deadline = time.monotonic() + 30
+        while POD_GROUP_LABEL not in self.dry_run_gpu_pod_labels(tenant):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{tenant}: the lock-wait policy not in effect after 30 s")
+            time.sleep(1)
 
     def ensure_agent(self, tenant: str) -> None:
         if tenant not in self.agents:

@@ -12,7 +12,8 @@ What runs, and what it must say:
   nodes.joined, the three tunnel checks (logs, exec and port-forward from the tenant's API
   server to real kubelets), gpu.inventory (the agent's registration), isolation.cross-tenant
   (each tenant's admin credentials unknown to the other's real API server: 401),
-  gpu.placement (what the cards hold now);
+  gpu.placement (what the cards hold now), hami.lock-wait (the program's admission policy, which
+  the Hami component declares beside HAMi's chart, labels a dry-run GPU pod);
 - hami.extender-timeout FAILS (no hami-scheduler Deployment to read the chart's extender
   config from);
 - hami.webhook FAILS as on any host without HAMi (no ready endpoint of its Service), and every
@@ -92,6 +93,7 @@ def prepared(tenants: TenantLab) -> dict[str, Any]:
     assert spec["toolsImage"] == tenants.tools_image
     for tenant in TENANTS:
         tenants.ensure_agent(tenant)
+        tenants.ensure_lock_wait_policy(tenant)  # the Hami component declares it beside the chart
         for node in worker_names(tenant):
             wait_registered(tenants, tenant, node)
     return spec
@@ -186,6 +188,11 @@ def test_the_api_the_workers_and_the_tunnel_checks_pass(
     }  # fmt: skip
     assert all(found[(c, tenant)]["status"] == "pass" for c in SELECTED if c.startswith(
         ("tenant.", "nodes.", "konnectivity.")))  # fmt: skip
+    assert found[("hami.lock-wait", tenant)]["status"] == "pass"
+    assert (
+        "scheduling.x-k8s.io/pod-group=hami-node-lock-wait"
+        in (found[("hami.lock-wait", tenant)]["evidence"])
+    )
 
 
 def test_each_tenants_credentials_are_unknown_to_the_other_api_server(

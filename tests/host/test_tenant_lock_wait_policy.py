@@ -8,8 +8,6 @@ scheduler cannot run here; what the label does to its Bind is tested in tests/re
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from konnectivity import wait_for
 from tenant_lab import TENANTS, TenantLab
@@ -19,27 +17,6 @@ from builders.lock_wait_policy import POD_GROUP_LABEL, POD_GROUP_VALUE, POLICY_N
 KINDS = {"MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"}
 
 
-def gpu_pod_labels(tenants: TenantLab, tenant: str) -> dict[str, str]:
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "user-gpu-pod", "namespace": "default"},
-        "spec": {
-            "containers": [
-                {
-                    "name": "c",
-                    "image": "registry.invalid/app:1",
-                    "resources": {"limits": {"nvidia.com/gpu": "1"}},
-                }
-            ]
-        },
-    }
-    created = tenants.kubectl(
-        tenant, "create", "--dry-run=server", "-o", "json", "-f", "-", input=json.dumps(pod)
-    )
-    return json.loads(created)["metadata"].get("labels") or {}
-
-
 @pytest.mark.upstream(
     "kamaji-apiserver-extra-args-appended", "kube-mutating-admission-policy-stages"
 )
@@ -47,13 +24,13 @@ def gpu_pod_labels(tenants: TenantLab, tenant: str) -> dict[str, str]:
 def test_the_tenants_api_server_serves_the_policy_and_labels_a_users_gpu_pod(
     tenants: TenantLab, tenant: str
 ):
-    assert POD_GROUP_LABEL not in gpu_pod_labels(tenants, tenant)
+    assert POD_GROUP_LABEL not in tenants.dry_run_gpu_pod_labels(tenant)
     applied = tenants.apply_lock_wait_policy(tenant)
     assert {o["kind"] for o in applied} == KINDS
     stored = tenants.get(tenant, "mutatingadmissionpolicies", POLICY_NAME)
     assert stored["metadata"]["name"] == POLICY_NAME
     wait_for(
         f"{tenant}'s API server labels a GPU pod",
-        lambda: gpu_pod_labels(tenants, tenant).get(POD_GROUP_LABEL) == POD_GROUP_VALUE,
+        lambda: tenants.dry_run_gpu_pod_labels(tenant).get(POD_GROUP_LABEL) == POD_GROUP_VALUE,
         timeout=30,
     )
