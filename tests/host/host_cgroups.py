@@ -177,3 +177,30 @@ def make_like_systemd(
 
 def _is_read_only(path: Path) -> bool:
     return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+
+
+def thaw_frozen(container_id: str, root: Path = CGROUP_ROOT) -> list[Path]:
+    """Thaw every frozen cgroup under a container's own: what a kill cannot get past.
+
+    On cgroup v1 runc freezes a container's cgroup while it sets the cgroup's limits (its
+    systemd driver, which the kubelet inside a node uses) and thaws it after; a runc killed
+    in between leaves the cgroup FROZEN, and with it a process in uninterruptible sleep that no
+    signal reaches (seen: `runc init` of a pod inside a node under load, and the node's
+    container then refused every forced delete with "did not receive an exit event"). Covers
+    the v1 freezer hierarchy and v2's cgroup.freeze under the daemon's `docker` parent; returns
+    the files it thawed."""
+    thawed = []
+    for pattern, frozen, thaw in (
+        (f"freezer/docker/{container_id}", "FROZEN", "THAWED"),
+        (f"docker/{container_id}", "1", "0"),
+    ):
+        base = root / pattern
+        name = "freezer.state" if thaw == "THAWED" else "cgroup.freeze"
+        for path in sorted(base.rglob(name)) if base.is_dir() else []:
+            try:
+                if path.read_text().strip() == frozen:
+                    path.write_text(thaw)
+                    thawed.append(path)
+            except OSError:  # gone meanwhile: nothing left to thaw
+                continue
+    return thawed

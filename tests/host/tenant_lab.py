@@ -151,6 +151,15 @@ class TenantLab:
         conditions = json.loads(found.stdout)["status"].get("conditions", [])
         return next((c for c in conditions if c["type"] == "Ready"), None)
 
+    def first_ready_condition(self, tenant: str, node: str, timeout: float = 60) -> dict[str, Any]:
+        """The Node's Ready condition once its kubelet has written one: `kubeadm join` returns
+        when the Node exists, and the kubelet's first status write (with the conditions) can
+        come a moment later on a busy host. Empty if none came within `timeout`."""
+        deadline = time.monotonic() + timeout
+        while (ready := self.node_ready(tenant, node)) is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+        return ready or {}
+
     def wait_ready(self, workers: list[Worker]) -> None:
         deadline = time.monotonic() + READY_TIMEOUT_SECONDS
         pending = [w for w in workers if w.ready_seconds is None]
@@ -352,7 +361,7 @@ def tenant_lab(docker: Docker, cache: Path, node_image: str, network: str) -> It
                 assert joined.returncode == 0, f"{name}: {joined.stderr[-3000:]}"
             _timed(lab, "join scripts (four at once)", step)
             for worker in lab.tenant_workers("tenant-a"):
-                lab.before_cni[worker.name] = lab.node_ready("tenant-a", worker.name) or {}
+                lab.before_cni[worker.name] = lab.first_ready_condition("tenant-a", worker.name)
             lab.apply_flannel("tenant-a")
             step = time.monotonic()
             lab.wait_ready(list(lab.workers.values()))

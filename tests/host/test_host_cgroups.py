@@ -14,6 +14,7 @@ from host_cgroups import (
     make_like_systemd,
     missing_hierarchies,
     mount_entries,
+    thaw_frozen,
 )
 
 # /proc/cgroups and the cgroup lines of /proc/self/mountinfo of a machine of this project's kind
@@ -146,3 +147,23 @@ def test_once_the_daemon_runs_the_host_has_every_hierarchy_systemd_mounts(docker
     mountinfo = Path("/proc/self/mountinfo").read_text()
     assert missing_hierarchies(Path("/proc/cgroups").read_text(), mountinfo) == []
     assert docker.run("info", "-f", "{{.CgroupVersion}}").stdout.strip() in ("1", "2")
+
+
+def test_a_frozen_cgroup_under_a_container_is_thawed_and_nothing_else(tmp_path: Path):
+    """runc's freeze while it sets a cgroup's limits, left behind by a runc killed meanwhile."""
+    node = "c0a6f7559040"
+    pod = tmp_path / "freezer/docker" / node / "kubelet.slice/pod-1.slice/cri-containerd-1.scope"
+    pod.mkdir(parents=True)
+    (pod / "freezer.state").write_text("FROZEN\n")
+    (pod.parent / "freezer.state").write_text("THAWED\n")
+    other = tmp_path / "freezer/docker/another-container"
+    other.mkdir(parents=True)
+    (other / "freezer.state").write_text("FROZEN\n")
+    v2 = tmp_path / "docker" / node / "kubelet.slice"
+    v2.mkdir(parents=True)
+    (v2 / "cgroup.freeze").write_text("1\n")
+    assert thaw_frozen(node, root=tmp_path) == [pod / "freezer.state", v2 / "cgroup.freeze"]
+    assert (pod / "freezer.state").read_text() == "THAWED"
+    assert (v2 / "cgroup.freeze").read_text() == "0"
+    assert (other / "freezer.state").read_text() == "FROZEN\n"  # not this container's
+    assert thaw_frozen("no-such-container", root=tmp_path) == []

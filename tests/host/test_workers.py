@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from docker_host import Docker
+from host_cgroups import thaw_frozen
 from program import CreatedNetwork, assert_only_on_the_lab_network, declared
 
 from tests.support.docker_readback import (
@@ -65,13 +66,17 @@ REMOVE_TIMEOUT_SECONDS = 90
 def remove_as_the_provider(docker: Docker, container: str) -> None:
     """Delete with `remove_volumes` (the worker's anonymous /var volume goes with it), until
     the container is gone: under load a forced delete of a booted node can answer 409
-    ("removal ... already in progress") or 500 (its kill not yet seen), and a new container of
-    the same name would then meet the old one."""
+    ("removal ... already in progress") or 500 (its kill not yet seen, or never: a cgroup of
+    the node's left frozen, which the tier's own daemon's containers get thawed), and a new
+    container of the same name would then meet the old one."""
     deadline = time.monotonic() + REMOVE_TIMEOUT_SECONDS
     while True:
         status, _, body = docker.api("DELETE", f"/containers/{container}?v=1&force=1")
-        if status in (204, 404) and docker.api("GET", f"/containers/{container}/json")[0] == 404:
+        found, _, details = docker.api("GET", f"/containers/{container}/json")
+        if status in (204, 404) and found == 404:
             return
+        if found == 200 and docker.own:  # a cgroup left frozen stops the kill (host_cgroups)
+            thaw_frozen(details["Id"])
         assert time.monotonic() < deadline, (
             f"{container} not removed: {status} {body} (a daemon stopped during a removal "
             "leaves the container removing for good: with the tier's dockerd stopped, delete "
