@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from builders.admission_policy import policy_api_version
 from builders.control_plane import API_PORT
 from builders.hami import QUOTA_NAME, QUOTA_NAMESPACE
-from builders.lock_wait_policy import POD_GROUP_LABEL, POD_GROUP_VALUE, policy_manifests
+from builders.lock_wait_policy import POD_GROUP_LABEL, POD_GROUP_VALUE
 from labconfig.addresses import NetworkPlan
 from labconfig.model import LabConfig
 
@@ -53,7 +54,7 @@ def labcheck_spec(
                 ),
                 "lockWait": (
                     {"label": POD_GROUP_LABEL, "value": POD_GROUP_VALUE}
-                    if policy_manifests(t)
+                    if policy_api_version(t)
                     else None
                 ),
             }

@@ -142,8 +142,8 @@ def registration_policy_manifests(tenant: TenantConfig, split_count: int) -> lis
     annotation: it writes the same value (gpu_agent/hami.py `register_value`), puts it back if
     it goes, and a pod rejected anyway is still requeued (docs/gpu-agent.md)."""
     api_version = policy_api_version(tenant)
-    values = registrations(tenant, split_count)
-    if api_version is None or not values:
+    values = registrations(tenant, split_count) if api_version else {}
+    if not values:
         return []
     nodes = "[" + ", ".join(cel_string(node) for node in values) + "]"
     table = "{" + ", ".join(f"{cel_string(n)}: {cel_string(v)}" for n, v in values.items()) + "}"

@@ -39,6 +39,10 @@ class Hami(pulumi.ComponentResource):
     ) -> None:
         super().__init__("kamaji-hami-lab:index:Hami", name, None, opts)
         on_tenant = pulumi.ResourceOptions(parent=self, provider=args.provider)
+        # After the CNI (or GPU nodes) and the gate on the tenant's policy API (components/lab.py).
+        after_nodes = pulumi.ResourceOptions.merge(
+            on_tenant, pulumi.ResourceOptions(depends_on=args.depends_on)
+        )
         self.runtime_class = None
         if args.tenant.gpu_mode == "real":
             runtime_class = runtime_class_manifest()
@@ -46,9 +50,7 @@ class Hami(pulumi.ComponentResource):
                 f"{name}-runtime-class",
                 metadata=runtime_class["metadata"],
                 handler=runtime_class["handler"],
-                opts=pulumi.ResourceOptions.merge(
-                    on_tenant, pulumi.ResourceOptions(depends_on=args.depends_on)
-                ),
+                opts=after_nodes,
             )
         self.release = pinned_release(
             f"{name}-chart",
@@ -67,13 +69,9 @@ class Hami(pulumi.ComponentResource):
                 ),
             ),
         )
-        # Every GPU pod HAMi places waits for its node lock in Bind (docs/placement-time.md); after
-        # the CNI (or GPU nodes) and the gate on the tenant's policy API (components/lab.py).
-        after_cni = pulumi.ResourceOptions.merge(
-            on_tenant, pulumi.ResourceOptions(depends_on=args.depends_on)
-        )
+        # Every GPU pod HAMi places waits for its node lock in Bind (docs/placement-time.md).
         self.lock_wait_policy = admission_policy_resources(
-            name, policy_manifests(args.tenant), after_cni
+            name, policy_manifests(args.tenant), after_nodes
         )
         self.quota = None
         if args.tenant.gpu_quota_mb:

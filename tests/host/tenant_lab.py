@@ -264,11 +264,11 @@ class TenantLab:
     def ensure_lock_wait_policy(self, tenant: str) -> None:
         """The program's lock-wait policy applied and in effect (its informer has it)."""
         self.apply_lock_wait_policy(tenant)
-        deadline = time.monotonic() + 30
-        while POD_GROUP_LABEL not in self.dry_run_gpu_pod_labels(tenant):
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{tenant}: the lock-wait policy not in effect after 30 s")
-            time.sleep(1)
+        konnectivity.wait_for(
+            f"{tenant}: the lock-wait policy in effect",
+            lambda: POD_GROUP_LABEL in self.dry_run_gpu_pod_labels(tenant),
+            timeout=30,
+        )
 
     def ensure_agent(self, tenant: str) -> None:
         if tenant not in self.agents:

@@ -607,6 +607,13 @@ class ControlPlane:
             raise ControlPlaneError(f"kubectl {' '.join(args)} failed:\n{result.stderr}")
         return result
 
+    def admitted(self, body: dict) -> dict:
+        """``body`` as the API server would store it on create: a server-side dry run, so
+        mutating admission runs and nothing is made."""
+        result = self.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-",
+                              input=json.dumps(body))  # fmt: skip
+        return json.loads(result.stdout)
+
     def get_json(self, *args: str, user: str = "admin") -> dict:
         return json.loads(self.kubectl("get", *args, "-o", "json", user=user).stdout)
 

@@ -54,15 +54,8 @@ def pod(
     }
 
 
-def admitted(plane: ControlPlane, body: dict) -> dict:
-    """The pod as the API server would store it (mutating admission ran)."""
-    result = plane.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-",
-                           input=json.dumps(body))  # fmt: skip
-    return json.loads(result.stdout)
-
-
 def labels_of(plane: ControlPlane, body: dict) -> dict:
-    return admitted(plane, body)["metadata"].get("labels") or {}
+    return plane.admitted(body)["metadata"].get("labels") or {}
 
 
 @pytest.fixture(scope="module")

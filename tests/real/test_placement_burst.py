@@ -92,9 +92,7 @@ def lock_wait_policy(plane: ControlPlane) -> Iterator[None]:
     probe = gpu_pod("policy-probe")
 
     def labelled() -> bool:
-        result = plane.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-",
-                               input=json.dumps(probe))  # fmt: skip
-        return POD_GROUP_LABEL in (json.loads(result.stdout)["metadata"].get("labels") or {})
+        return POD_GROUP_LABEL in (plane.admitted(probe)["metadata"].get("labels") or {})
 
     wait_until(labelled, "the lock-wait policy in effect", 30)
     try:

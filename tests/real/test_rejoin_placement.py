@@ -44,10 +44,8 @@ def apply_registration_policy(plane: ControlPlane) -> None:
     plane.kubectl("delete", "node", GPU_NODE, "--ignore-not-found", "--wait=true")
 
     def annotated(name: str) -> bool:
-        node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}
-        result = plane.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-",
-                               input=json.dumps(node))  # fmt: skip
-        return REGISTER in (json.loads(result.stdout)["metadata"].get("annotations") or {})
+        node = plane.admitted({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}})
+        return REGISTER in (node["metadata"].get("annotations") or {})
 
     wait_until(lambda: annotated(GPU_NODE), "the registration policy in effect", 30)
     assert not annotated(f"{GPU_NODE}-other")  # the tenant's simulated nodes only
