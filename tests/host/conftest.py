@@ -30,7 +30,7 @@ from typing import Any
 import diagnostics
 import pytest
 from docker_host import SESSION_ENV, Docker, start_docker, tier_cache
-from footprint_report import FOOTPRINT, footprint_lines
+from footprint_report import FOOTPRINT, MEASURED, footprint_lines
 from host_cgroups import make_like_systemd
 from images import busybox_image
 from node_image import Timings, build_node_image, publish
@@ -191,9 +191,10 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.section("host tier: the host made like a user's systemd host")
         for line in HOST_CHANGES:
             terminalreporter.write_line(line)
-    if TIMINGS:
+    timings = {**TIMINGS, **terminalreporter.config.stash.get(MEASURED, {})}
+    if timings:
         terminalreporter.section("host tier timings")
-        for what, seconds in TIMINGS.items():
+        for what, seconds in timings.items():
             terminalreporter.write_line(f"{what}: {seconds:.1f} s")
 
 

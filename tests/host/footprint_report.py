@@ -15,3 +15,7 @@ def footprint_lines(measured: dict[str, tuple[float, float, Footprint]]) -> list
         f"{name}: {cpus:.2f} CPU, {mib:.0f} MiB (model: {model.cpus} CPU, {model.memory_mb} MB)"
         for name, (cpus, mib, model) in measured.items()
     ]
+
+
+# Seconds a module measured (name -> seconds), printed with the session's timings.
+MEASURED = pytest.StashKey[dict[str, float]]()

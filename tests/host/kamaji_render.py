@@ -14,6 +14,8 @@ run on the same TCP (docs/upstream-facts/tenant-stand-in.md):
 - `kubelet_configuration`: the kubelet-config ConfigMap's KubeletConfiguration
   (internal/kubeadm/uploadconfig.go), the TCP's configurationJSONPatches applied.
 - `phases`: what Kamaji does once the API server answers, as `kubeadm init phase` commands.
+- `tenant_service`: the Service in front of the control plane pods
+  (internal/resources/k8s_service_resource.go).
 """
 
 from __future__ import annotations
@@ -117,6 +119,49 @@ def defaulted(tcp: dict[str, Any]) -> dict[str, Any]:
     if not net.get("dnsServiceIPs"):
         net["dnsServiceIPs"] = [_tenth_address(cidr) for cidr in net["serviceCidrs"]]
     return out
+
+
+# internal/constants/labels.go:7-11, internal/utilities/utilities.go:23 (KamajiLabels)
+PROJECT_LABEL = ("kamaji.clastix.io/project", "kamaji")
+NAME_LABEL = "kamaji.clastix.io/name"
+COMPONENT_LABEL = "kamaji.clastix.io/component"
+
+
+def tenant_service(tcp: dict[str, Any]) -> dict[str, Any]:
+    """The Service Kamaji makes for a LoadBalancer TCP (k8s_service_resource.go): named and
+    placed as the TCP (Define, :65-73), Kamaji's labels then the TCP's additionalMetadata labels
+    and annotations (:86-95), selecting the control plane pods by name (:97-99), one port
+    `kube-apiserver` on networkProfile.port to the same target port (:105-113), node ports
+    allocated (:137-143: nil means the Kubernetes default, true)."""
+    tcp = defaulted(tcp)
+    name, namespace = tcp["metadata"]["name"], tcp["metadata"]["namespace"]
+    service = tcp["spec"]["controlPlane"].get("service", {})
+    assert service.get("serviceType") == "LoadBalancer", "the program's TCPs are LoadBalancers"
+    extra = service.get("additionalMetadata", {})
+    port = int(tcp["spec"]["networkProfile"]["port"])
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {
+                PROJECT_LABEL[0]: PROJECT_LABEL[1],
+                NAME_LABEL: name,
+                COMPONENT_LABEL: "service",
+                **extra.get("labels", {}),
+            },
+            "annotations": dict(extra.get("annotations", {})),
+        },
+        "spec": {
+            "type": "LoadBalancer",
+            "selector": {NAME_LABEL: name},
+            "ports": [
+                {"name": "kube-apiserver", "protocol": "TCP", "port": port, "targetPort": port}
+            ],
+            "allocateLoadBalancerNodePorts": True,
+        },
+    }
 
 
 def _tenth_address(cidr: str) -> str:

@@ -372,21 +372,27 @@ def build_programs(paths: BuildPaths) -> dict[str, Path]:
     for binary_set in (KIND_SET, NODE_SET, COREDNS_SET):
         binaries.build_set(binary_set, paths.go_root, env, go_version)
     binaries.build_set(ETCD_SET, binaries.cache_root(), env, go_version)
-    pause = paths.bin / "pause"
-    if not pause.exists():
-        src = paths.root / "pause-src"
-        src.mkdir(parents=True, exist_ok=True)
-        (src / "go.mod").write_text("module kamaji-hami-lab.local/host/pause\n\ngo 1.24\n")
-        (src / "main.go").write_text(PAUSE_GO)
-        _run(
-            ["go", "build", "-trimpath", "-ldflags", "-s -w", "-o", str(pause), "."],
-            cwd=src,
-            env=env,
-        )
+    standard_library_program(paths, "pause", PAUSE_GO)
     built = (*KIND_SET.binaries, *NODE_SET.binaries, *COREDNS_SET.binaries, "pause")
     found = {name: paths.bin / name for name in built}
     found["etcd"] = binaries.cache_root() / "bin" / "etcd"
     return found
+
+
+def standard_library_program(paths: BuildPaths, name: str, source: str) -> Path:
+    """bin/<name> built from one main.go that imports the standard library only (rebuilt when
+    the source changes)."""
+    binary = paths.bin / name
+    src = paths.root / f"{name}-src"
+    if binary.exists() and (src / "main.go").exists() and (src / "main.go").read_text() == source:
+        return binary
+    src.mkdir(parents=True, exist_ok=True)
+    (src / "go.mod").write_text(f"module kamaji-hami-lab.local/host/{name}\n\ngo 1.24\n")
+    (src / "main.go").write_text(source)
+    env, _ = go_env()
+    argv = ["go", "build", "-trimpath", "-ldflags", "-s -w", "-o", str(binary), "."]
+    _run(argv, cwd=src, env=env)
+    return binary
 
 
 def kind_module_dir(paths: BuildPaths) -> Path:

@@ -33,9 +33,9 @@ import tenant_stand_in
 import workload_images
 from docker_host import SESSION_ENV, Docker
 from images import busybox_applets, busybox_binary, busybox_image, busybox_rootfs
+from management_cluster import run_script
 from node_image import binaries, docker_archive
 from program import NETWORK_RESOURCE, TierHost
-from test_management_cluster import run_script
 from test_node_image import mirrored_config, wait_for_boot
 from test_workers import create_as_the_provider, leftover
 

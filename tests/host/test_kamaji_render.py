@@ -356,3 +356,21 @@ def test_kube_proxy_gets_no_cluster_cidr_from_kamaji():
     assert proxy["bindAddress"] == "0.0.0.0"
     assert proxy["clientConnection"] == {"kubeconfig": "/var/lib/kube-proxy/kubeconfig.conf"}
     assert "clusterCIDR" not in proxy
+
+
+@pytest.mark.upstream("kamaji-tcp-service")
+def test_the_tenant_service_is_kamajis_for_the_programs_tcp():
+    service = kr.tenant_service(program_tcp())
+    assert service["metadata"]["name"] == service["metadata"]["namespace"] == "tenant-a"
+    assert service["metadata"]["labels"] == {
+        "kamaji.clastix.io/project": "kamaji",
+        "kamaji.clastix.io/name": "tenant-a",
+        "kamaji.clastix.io/component": "service",
+        "kamaji-hami-lab/tenant": "tenant-a",
+    }
+    # the address reaches MetalLB through the program's annotation alone
+    assert service["metadata"]["annotations"] == {"metallb.io/loadBalancerIPs": ADDRESS}
+    assert "loadBalancerIP" not in service["spec"]
+    assert service["spec"]["selector"] == {"kamaji.clastix.io/name": "tenant-a"}
+    (port,) = service["spec"]["ports"]
+    assert (port["name"], port["port"], port["targetPort"]) == ("kube-apiserver", 6443, 6443)

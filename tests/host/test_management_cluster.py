@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import os
-import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
@@ -24,7 +22,7 @@ import yaml
 from container_stats import stats
 from docker_host import Docker
 from footprint_report import FOOTPRINT
-from node_image import BuildPaths
+from management_cluster import Cluster, kubectl, management_cluster, run_script
 from program import CreatedNetwork, assert_only_on_the_lab_network
 from test_node_image import mirrored_run, wait_for_boot
 from test_workers import WORKER, create_as_the_provider, leftover, remove_as_the_provider
@@ -32,87 +30,13 @@ from test_workers import WORKER, create_as_the_provider, leftover, remove_as_the
 from planning import footprint
 from tests.support.docker_readback import container_attributes
 
-CREATE_TIMEOUT_SECONDS = 600
-
-
-@dataclass
-class KindCommand:
-    """The program's kind Command: its scripts and environment."""
-
-    create: str
-    delete: str
-    environment: dict[str, str]
-
-    @property
-    def node(self) -> str:
-        return f"{self.environment['KIND_CLUSTER_NAME']}-control-plane"
-
-
-def kind_command(reference: str) -> KindCommand:
-    (registration,) = [
-        r
-        for r in mirrored_run(reference).of_type("command:local:Command")
-        if r.name.endswith("-kind")
-    ]
-    inputs = registration.inputs
-    return KindCommand(inputs["create"], inputs["delete"], dict(inputs["environment"]))
-
-
-def run_script(
-    docker: Docker, tier_cache: Path, script: str, environment: dict[str, str]
-) -> subprocess.CompletedProcess[str]:
-    """As pulumi-command runs it: `sh -c`, the resource's environment over the process's."""
-    path = f"{BuildPaths.under(tier_cache).bin}{os.pathsep}{os.environ['PATH']}"
-    with tempfile.TemporaryDirectory() as home:  # kind and docker write nothing of the user's
-        env = {**docker.env(), **environment, "PATH": path, "HOME": home}
-        return subprocess.run(
-            ["sh", "-c", script],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=CREATE_TIMEOUT_SECONDS,
-            check=False,
-        )
-
-
-@dataclass
-class Cluster:
-    command: KindCommand
-    created: subprocess.CompletedProcess[str]
-    container: dict[str, Any]  # docker inspect of the node
-
 
 @pytest.fixture(scope="module")
 def kind_cluster(
     docker: Docker, tier_cache_dir: Path, mirrored_node_image: str, lab_network: CreatedNetwork
 ) -> Iterator[Cluster]:
-    docker.require_privileged()
-    command = kind_command(mirrored_node_image)
-    assert command.environment["KIND_EXPERIMENTAL_DOCKER_NETWORK"] == lab_network.name
-    if docker.run("inspect", command.node, check=False).returncode == 0:
-        if not docker.own:
-            pytest.fail(f"the daemon at {docker.host} already runs {command.node}", pytrace=False)
-        run_script(docker, tier_cache_dir, command.delete, command.environment)
-    created = run_script(docker, tier_cache_dir, command.create, command.environment)
-    try:
-        assert created.returncode == 0, created.stderr[-5000:]
-        container = json.loads(docker.run("inspect", command.node).stdout)[0]
-        yield Cluster(command, created, container)
-    finally:
-        run_script(docker, tier_cache_dir, command.delete, command.environment)
-
-
-def kubectl(tier_cache: Path, kubeconfig: str, *args: str) -> subprocess.CompletedProcess[str]:
-    with tempfile.NamedTemporaryFile("w", suffix=".kubeconfig") as file:
-        file.write(kubeconfig)
-        file.flush()
-        return subprocess.run(
-            [str(BuildPaths.under(tier_cache).bin / "kubectl"), "--kubeconfig", file.name, *args],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+    with management_cluster(docker, tier_cache_dir, mirrored_node_image, lab_network) as cluster:
+        yield cluster
 
 
 def test_the_node_runs_the_mirrored_image_on_the_lab_network(
@@ -279,10 +203,12 @@ def test_the_footprint_model_covers_the_measured_node_and_worker(
         worker_cpus, worker_mib = stats(docker, worker)
     finally:
         remove_as_the_provider(docker, worker)
-    request.config.stash[FOOTPRINT] = {
-        "management node": (node_cpus, node_mib, footprint.MANAGEMENT),
-        "idle worker (not joined)": (worker_cpus, worker_mib, footprint.WORKER),
-    }
+    request.config.stash.setdefault(FOOTPRINT, {}).update(
+        {
+            "management node": (node_cpus, node_mib, footprint.MANAGEMENT),
+            "idle worker (not joined)": (worker_cpus, worker_mib, footprint.WORKER),
+        }
+    )
     assert 0 < node_mib < footprint.MANAGEMENT.memory_mb and node_cpus < footprint.MANAGEMENT.cpus
     assert 0 < worker_mib < footprint.WORKER.memory_mb and worker_cpus < footprint.WORKER.cpus
 
