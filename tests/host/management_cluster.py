@@ -70,12 +70,15 @@ class Cluster:
     container: dict[str, Any]  # docker inspect of the node
 
 
-def kubectl(tier_cache: Path, kubeconfig: str, *args: str) -> subprocess.CompletedProcess[str]:
+def kubectl(
+    tier_cache: Path, kubeconfig: str, *args: str, input: str | None = None
+) -> subprocess.CompletedProcess[str]:
     with tempfile.NamedTemporaryFile("w", suffix=".kubeconfig") as file:
         file.write(kubeconfig)
         file.flush()
         return subprocess.run(
             [str(BuildPaths.under(tier_cache).bin / "kubectl"), "--kubeconfig", file.name, *args],
+            input=input,
             capture_output=True,
             text=True,
             timeout=120,

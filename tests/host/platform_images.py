@@ -16,16 +16,19 @@ chart renders and installs with the library the program's `Release` uses.
 from __future__ import annotations
 
 import hashlib
+import io
+import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from images import busybox_binary
 from node_image import (
     BuildPaths,
+    _tar_add,
     binaries,
     binary_layer,
     docker_archive,
     go_env,
-    standard_library_program,
 )
 
 METALLB_MODULE = "go.universe.tf/metallb"
@@ -94,65 +97,45 @@ def build_metallb(tier_cache: Path, chart_version: str) -> MetalLBBuild:
     return MetalLBBuild(version, module_dir / "charts" / "metallb", images, paths.bin / "helm")
 
 
-# What answers behind a tenant's address until the tenant control plane runs here as Kamaji runs
-# it: HTTPS on the TCP's port, `ok` on /healthz as kube-apiserver answers it without credentials
-# (the program's healthz wait reads just that), a certificate made at start for the address.
-HEALTHZ_GO = """\
-package main
-
-import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"log"
-	"math/big"
-	"net/http"
-	"os"
-	"time"
+ETCDCTL_SET = binaries.BinarySet(
+    name="etcdctl",
+    module="go.etcd.io/etcd/etcdctl/v3",
+    version=binaries.ETCD_VERSION,
+    packages=("go.etcd.io/etcd/etcdctl/v3",),
+    local_replace_version=binaries.ETCD_VERSION,
 )
-
-func main() {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		log.Fatal(err)
-	}
-	template := &x509.Certificate{
-		SerialNumber: big.NewInt(1),
-		Subject:      pkix.Name{CommonName: "kube-apiserver"},
-		NotBefore:    time.Now().Add(-time.Minute),
-		NotAfter:     time.Now().Add(24 * time.Hour),
-	}
-	der, err := x509.CreateCertificate(rand.Reader, template, template, &key.PublicKey, key)
-	if err != nil {
-		log.Fatal(err)
-	}
-	cert := tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
-	http.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Write([]byte("ok"))
-	})
-	server := &http.Server{
-		Addr:      ":" + os.Getenv("PORT"),
-		TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}},
-	}
-	log.Fatal(server.ListenAndServeTLS("", ""))
-}
-"""
-HEALTHZ_IMAGE = "kamaji-hami-lab-host/healthz"
+ETCD_IMAGE = f"kamaji-hami-lab-host/etcd:{binaries.ETCD_VERSION}"
+# busybox applets the setup commands use (sh runs them; the rest for a person who execs in)
+ETCD_IMAGE_APPLETS = ("sh", "cat", "ls", "echo", "sleep")
 
 
-def build_healthz(tier_cache: Path) -> tuple[str, Path]:
-    """The healthz server's image reference (keyed by its source) and its docker-archive tar."""
+def etcd_layer(etcd: bytes, etcdctl: bytes, busybox: bytes) -> bytes:
+    """/usr/local/bin: etcd, etcdctl, busybox and a link per applet in ETCD_IMAGE_APPLETS."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for directory in ("tmp", "usr", "usr/local", "usr/local/bin", "var", "var/run"):
+            _tar_add(tar, directory, mode=0o1777 if directory == "tmp" else 0o755)
+        for name, content in (("etcd", etcd), ("etcdctl", etcdctl), ("busybox", busybox)):
+            _tar_add(tar, f"usr/local/bin/{name}", content)
+        for applet in ETCD_IMAGE_APPLETS:
+            link = tarfile.TarInfo(f"usr/local/bin/{applet}")
+            link.type, link.linkname = tarfile.SYMTYPE, "busybox"
+            tar.addfile(link)
+    return buffer.getvalue()
+
+
+def build_etcd_image(tier_cache: Path) -> tuple[str, Path]:
+    """The shared datastore's image (shared_datastore.py) and its docker-archive tar."""
     paths = BuildPaths.under(tier_cache)
-    key = hashlib.sha256(HEALTHZ_GO.encode()).hexdigest()[:16]
-    reference = f"{HEALTHZ_IMAGE}:{key}"
-    archive = paths.root / "platform-images" / f"healthz-{key}.tar"
-    if archive.exists():
-        return reference, archive
-    binary = standard_library_program(paths, "healthz", HEALTHZ_GO)
-    layer = binary_layer("healthz", binary.read_bytes())
-    archive.parent.mkdir(parents=True, exist_ok=True)
-    archive.write_bytes(docker_archive(reference, layer, ("/usr/local/bin/healthz",)))
-    return reference, archive
+    env, go_version = go_env()
+    binaries.build_set(ETCDCTL_SET, paths.go_root, env, go_version)
+    etcd = (binaries.cache_root() / "bin" / "etcd").read_bytes()
+    etcdctl = (paths.bin / "etcdctl").read_bytes()
+    busybox = busybox_binary(tier_cache).read_bytes()
+    layer = etcd_layer(etcd, etcdctl, busybox)
+    key = hashlib.sha256(layer).hexdigest()[:16]
+    archive = paths.root / "platform-images" / f"etcd-{key}.tar"
+    if not archive.exists():
+        archive.parent.mkdir(parents=True, exist_ok=True)
+        archive.write_bytes(docker_archive(ETCD_IMAGE, layer, ("/usr/local/bin/etcd",)))
+    return ETCD_IMAGE, archive

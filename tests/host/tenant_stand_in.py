@@ -111,11 +111,13 @@ def _datastore_configuration(tcp: dict[str, Any], certificates_dir: Path) -> str
     return yaml.safe_dump_all(documents[:2], sort_keys=False)
 
 
-def write_files(bin_dir: Path, tcp: dict[str, Any], workdir: Path) -> None:
+def write_files(
+    bin_dir: Path, tcp: dict[str, Any], workdir: Path, datastore_endpoint: str = DATASTORE
+) -> None:
     """kubeadm's certificates and kubeconfigs for the TCP, where Kamaji's pod reads them
     (kamaji_render.pod_files), and the datastore's under datastore-pki/."""
     pki, datastore = workdir / "pki", workdir / "datastore-pki"
-    phases = kamaji_render.kubeadm_configuration(tcp, datastore_endpoints=[DATASTORE])
+    phases = kamaji_render.kubeadm_configuration(tcp, datastore_endpoints=[datastore_endpoint])
     (workdir / "kubeadm.yaml").write_text(phases)  # the pod's paths: the phases upload them
     documents = list(yaml.safe_load_all(phases))
     next(d for d in documents if d["kind"] == "ClusterConfiguration")["certificatesDir"] = str(pki)

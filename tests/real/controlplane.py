@@ -121,9 +121,13 @@ def certificate(
     key: ec.EllipticCurvePrivateKey,
     issuer: tuple[x509.Certificate, ec.EllipticCurvePrivateKey] | None,
     extensions: Iterable[tuple[x509.ExtensionType, bool]],
+    organization: str | None = None,
 ) -> x509.Certificate:
     now = datetime.datetime.now(datetime.UTC)
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)])
+    attributes = [x509.NameAttribute(NameOID.COMMON_NAME, subject)]
+    if organization:
+        attributes.append(x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization))
+    name = x509.Name(attributes)
     issuer_name, signing_key = (issuer[0].subject, issuer[1]) if issuer else (name, key)
     builder = (
         x509.CertificateBuilder()
@@ -144,7 +148,7 @@ def certificate(
     return builder.sign(signing_key, hashes.SHA256())
 
 
-def _key_usage(*, cert_sign: bool) -> x509.KeyUsage:
+def key_usage(*, cert_sign: bool) -> x509.KeyUsage:
     return x509.KeyUsage(
         digital_signature=True,
         content_commitment=False,
@@ -181,7 +185,7 @@ def write_pki(directory: Path) -> Pki:
         None,
         [
             (x509.BasicConstraints(ca=True, path_length=None), True),
-            (_key_usage(cert_sign=True), True),
+            (key_usage(cert_sign=True), True),
         ],
     )
     serving_key = ec.generate_private_key(ec.SECP256R1())
@@ -195,7 +199,7 @@ def write_pki(directory: Path) -> Pki:
         (ca, ca_key),
         [
             (x509.BasicConstraints(ca=False, path_length=None), True),
-            (_key_usage(cert_sign=False), True),
+            (key_usage(cert_sign=False), True),
             (x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), False),
             (
                 x509.SubjectAlternativeName(
