@@ -9,8 +9,9 @@ is /usr/local/bin/<name>, the entrypoint says so, and the chart sets only args. 
 module's own `charts/metallb` (its `crds` and `frr-k8s` subcharts packed in), what the chart
 repository serves at that version.
 
-Helm is `helm.sh/helm/v3` at the version pulumi-kubernetes' provider embeds (its go.mod), so the
-chart renders and installs with the library the program's `Release` uses.
+Helm is the tier's one helm (workload_images.helm_binary): `helm.sh/helm/v3` at the version
+pulumi-kubernetes' provider embeds, so the chart installs with the library the program's
+`Release` uses.
 """
 
 from __future__ import annotations
@@ -30,10 +31,9 @@ from node_image import (
     docker_archive,
     go_env,
 )
+from workload_images import helm_binary
 
 METALLB_MODULE = "go.universe.tf/metallb"
-# pulumi-kubernetes' provider (provider/v4 at f47bc2d6f199, its go.mod) requires this version.
-HELM_VERSION = "v3.18.6"
 MIRRORED_REGISTRY = "quay.io/metallb"
 
 
@@ -46,16 +46,6 @@ def metallb_set(version: str) -> binaries.BinarySet:
         packages=(f"{METALLB_MODULE}/controller", f"{METALLB_MODULE}/speaker"),
         local_replace_version=version,
     )
-
-
-HELM_SET = binaries.BinarySet(
-    name="helm",
-    module="helm.sh/helm/v3",
-    version=HELM_VERSION,
-    packages=("helm.sh/helm/v3/cmd/helm",),
-    local_replace_version=HELM_VERSION,
-    ldflags=(f"-X helm.sh/helm/v3/internal/version.version={HELM_VERSION}",),
-)
 
 
 @dataclass(frozen=True)
@@ -74,8 +64,7 @@ def build_metallb(tier_cache: Path, chart_version: str) -> MetalLBBuild:
     version = chart_version if chart_version.startswith("v") else f"v{chart_version}"
     env, go_version = go_env()
     metallb = metallb_set(version)
-    for binary_set in (metallb, HELM_SET):
-        binaries.build_set(binary_set, paths.go_root, env, go_version)
+    binaries.build_set(metallb, paths.go_root, env, go_version)
     module_dir = Path(
         binaries._run(
             ["go", "list", "-m", "-f", "{{.Dir}}", METALLB_MODULE],
@@ -94,7 +83,8 @@ def build_metallb(tier_cache: Path, chart_version: str) -> MetalLBBuild:
             layer = binary_layer(program, binary.read_bytes())
             archive.write_bytes(docker_archive(reference, layer, (f"/usr/local/bin/{program}",)))
         images[reference] = archive
-    return MetalLBBuild(version, module_dir / "charts" / "metallb", images, paths.bin / "helm")
+    chart = module_dir / "charts" / "metallb"
+    return MetalLBBuild(version, chart, images, helm_binary(tier_cache))
 
 
 ETCDCTL_SET = binaries.BinarySet(

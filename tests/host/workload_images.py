@@ -62,8 +62,10 @@ FLANNEL_MODULE = "github.com/flannel-io/flannel"
 CNI_PLUGINS_MODULE = "github.com/containernetworking/plugins"
 CNI_PLUGINS_VERSION = "v0.9.1"  # the last release with plugins/meta/flannel
 HELM_MODULE = "helm.sh/helm/v3"
-HELM_VERSION = "v3.19.5"
-HELM_K8S_MINOR = "34"  # helm v3.19.5 requires k8s.io/client-go v0.34.2: its Makefile's 1.34
+# The Helm library pulumi-kubernetes' provider embeds (provider/v4 at f47bc2d6f199, its go.mod),
+# so charts render here as the program's Releases render them.
+HELM_VERSION = "v3.18.6"
+HELM_K8S_MINOR = "33"  # helm v3.18.6 requires k8s.io/client-go v0.33.3: its Makefile's 1.33
 LAYOUT = "1"  # bump when the image layouts below change without their inputs changing
 
 FLANNEL_SET = binaries.BinarySet(
