@@ -9,9 +9,10 @@ containers with kamaji_render.control_plane_args' commands, at the images the no
 signs (CN = the TCP's UID), in one Secret projected at Kamaji's paths.
 
 Not Kamaji's, and said where it matters: one Secret for all the files (Kamaji keeps one per
-certificate pair and kubeconfig); no probes, resources or security context; no Konnectivity
-server container (the tenant modules run Konnectivity through the stand-in,
-tenant_stand_in.py); Kamaji's reconciliation and certificate rotation are not run.
+certificate pair and kubeconfig, and the egress selector in a ConfigMap); no probes, resources or
+security context; the Konnectivity server, when there is one, at the version the Go module proxy
+serves under the image name Kamaji gives it (konnectivity.py); Kamaji's reconciliation and
+certificate rotation are not run.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import kamaji_render
+import konnectivity
 import shared_datastore
 from node_image import REGISTRY
 from shared_datastore import DatastorePki
@@ -29,10 +31,16 @@ FILES_SECRET = "{name}-control-plane-files"
 
 
 def tenant_files(
-    bin_dir: Path, tcp: dict[str, Any], workdir: Path, pki: DatastorePki
+    bin_dir: Path,
+    tcp: dict[str, Any],
+    workdir: Path,
+    pki: DatastorePki,
+    konnectivity_server: Path | None = None,
 ) -> dict[str, bytes]:
     """Path under /etc/kubernetes -> content: kubeadm's certificates and the components'
-    kubeconfigs, with the etcd client files Kamaji's pod gets from the DataStore."""
+    kubeconfigs, with the etcd client files Kamaji's pod gets from the DataStore; with
+    `konnectivity_server` (a proxy-server binary) also the egress selector and the server's
+    kubeconfig."""
     write_files(bin_dir, tcp, workdir, datastore_endpoint=shared_datastore.ENDPOINT)
     client_cert, client_key = pki.client(kamaji_render.datastore_schema(tcp))
     etcd = workdir / "pki" / "etcd"
@@ -46,48 +54,79 @@ def tenant_files(
     }
     for kubeconfig in ("controller-manager.conf", "scheduler.conf"):
         files[kubeconfig] = (workdir / kubeconfig).read_bytes()
+    if konnectivity_server is not None:
+        server = konnectivity.write_server_files(
+            bin_dir / "kubeadm", tcp, workdir, konnectivity_server
+        )
+        files[_relative(kamaji_render.EGRESS_SELECTOR_CONFIG)] = server.egress_selector.read_bytes()
+        files[_relative(kamaji_render.KONNECTIVITY_SERVER_KUBECONFIG)] = (
+            server.kubeconfig.read_bytes()
+        )
     return files
+
+
+def _relative(path: str) -> str:
+    return path.removeprefix(f"{kamaji_render.KUBERNETES_DIR}/")
 
 
 def _key(path: str) -> str:
     return path.replace("/", "__")
 
 
+def _mounts(paths: list[str]) -> list[dict[str, Any]]:
+    """The files volume at each of `paths` under /etc/kubernetes (`pki` is the directory)."""
+    return [
+        {"name": "files", "mountPath": f"{kamaji_render.KUBERNETES_DIR}/{path}", "subPath": path}
+        for path in paths
+    ]
+
+
+UDS_MOUNT = {"name": "konnectivity-uds", "mountPath": kamaji_render.KONNECTIVITY_UDS_DIR}
+
+
 def manifests(tcp: dict[str, Any], files: dict[str, bytes], version: str) -> list[dict[str, Any]]:
-    """The files' Secret and the control plane's Deployment."""
+    """The files' Secret and the control plane's Deployment; the Konnectivity server container
+    when the files carry its kubeconfig."""
     tcp = kamaji_render.defaulted(tcp)
     name, namespace = tcp["metadata"]["name"], tcp["metadata"]["namespace"]
     secret = FILES_SECRET.format(name=name)
+    server_kubeconfig = _relative(kamaji_render.KONNECTIVITY_SERVER_KUBECONFIG)
+    tunnel = server_kubeconfig in files
     commands = kamaji_render.control_plane_args(
-        tcp, datastore_endpoints=[shared_datastore.ENDPOINT], konnectivity=False
+        tcp, datastore_endpoints=[shared_datastore.ENDPOINT], konnectivity=tunnel
     )
-    volume = {
-        "name": "files",
-        "secret": {
-            "secretName": secret,
-            "items": [{"key": _key(path), "path": path} for path in sorted(files)],
-        },
+    mounts = {
+        "kube-apiserver": _mounts(["pki"]),
+        "kube-controller-manager": _mounts(["pki", "controller-manager.conf"]),
+        "kube-scheduler": _mounts(["pki", "scheduler.conf"]),
     }
+    images = {program: f"{REGISTRY}/{program}:{version}" for program in commands}
+    if tunnel:
+        egress = _relative(kamaji_render.EGRESS_SELECTOR_CONFIG)
+        mounts["kube-apiserver"] += [*_mounts([egress]), UDS_MOUNT]
+        commands[konnectivity.SERVER_CONTAINER] = konnectivity.server_command(tcp)
+        mounts[konnectivity.SERVER_CONTAINER] = [*_mounts(["pki", server_kubeconfig]), UDS_MOUNT]
+        images[konnectivity.SERVER_CONTAINER] = konnectivity.server_image(tcp)
     containers = [
         {
             "name": program,
-            "image": f"{REGISTRY}/{program}:{version}",
+            "image": images[program],
             "command": command,
-            "volumeMounts": [
-                {"name": "files", "mountPath": kamaji_render.PKI_DIR, "subPath": "pki"},
-                *(
-                    {
-                        "name": "files",
-                        "mountPath": f"{kamaji_render.KUBERNETES_DIR}/{conf}",
-                        "subPath": conf,
-                    }
-                    for conf in ("controller-manager.conf", "scheduler.conf")
-                    if program != "kube-apiserver"
-                ),
-            ],
+            "volumeMounts": mounts[program],
         }
         for program, command in commands.items()
     ]
+    volumes: list[dict[str, Any]] = [
+        {
+            "name": "files",
+            "secret": {
+                "secretName": secret,
+                "items": [{"key": _key(path), "path": path} for path in sorted(files)],
+            },
+        }
+    ]
+    if tunnel:  # Kamaji: an emptyDir of medium Memory in both containers
+        volumes.append({"name": "konnectivity-uds", "emptyDir": {"medium": "Memory"}})
     labels = {kamaji_render.NAME_LABEL: name}
     return [
         {
@@ -105,7 +144,7 @@ def manifests(tcp: dict[str, Any], files: dict[str, bytes], version: str) -> lis
                 "selector": {"matchLabels": labels},
                 "template": {
                     "metadata": {"labels": labels},
-                    "spec": {"containers": containers, "volumes": [volume]},
+                    "spec": {"containers": containers, "volumes": volumes},
                 },
             },
         },

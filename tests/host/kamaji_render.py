@@ -92,6 +92,7 @@ DEFAULT_POD_CIDR = "10.244.0.0/16"
 DEFAULT_PREFERRED_ADDRESS_TYPES = ("InternalIP", "ExternalIP", "Hostname")
 DEFAULT_REPLICAS = 2  # the defaulting webhook (internal/webhook/handlers/tcp_defaults.go)
 KONNECTIVITY_ADMIN_PORT = 8133
+DEFAULT_KONNECTIVITY_PORT = 8132  # api/v1alpha1/tenantcontrolplane_types.go (CRD default)
 KONNECTIVITY_HEALTH_PORT = 8134
 
 
@@ -157,11 +158,22 @@ def tenant_service(tcp: dict[str, Any]) -> dict[str, Any]:
             "type": "LoadBalancer",
             "selector": {NAME_LABEL: name},
             "ports": [
-                {"name": "kube-apiserver", "protocol": "TCP", "port": port, "targetPort": port}
+                {"name": "kube-apiserver", "protocol": "TCP", "port": port, "targetPort": port},
+                *_konnectivity_ports(tcp),
             ],
             "allocateLoadBalancerNodePorts": True,
         },
     }
+
+
+def _konnectivity_ports(tcp: dict[str, Any]) -> list[dict[str, Any]]:
+    """The second port Kamaji's Konnectivity addon puts on the Service
+    (internal/resources/konnectivity/service_resource.go mutate): the server's agent port."""
+    addon = tcp["spec"].get("addons", {}).get("konnectivity")
+    if addon is None:
+        return []
+    port = int(addon.get("server", {}).get("port", DEFAULT_KONNECTIVITY_PORT))
+    return [{"name": "konnectivity-server", "protocol": "TCP", "port": port, "targetPort": port}]
 
 
 def _tenth_address(cidr: str) -> str:
@@ -339,7 +351,7 @@ def konnectivity_server_args(tcp: dict[str, Any]) -> list[str]:
         "--cluster-key": APISERVER_KEY,
         "--mode": "grpc",
         "--server-port": "0",
-        "--agent-port": str(server.get("port", 8132)),
+        "--agent-port": str(server.get("port", DEFAULT_KONNECTIVITY_PORT)),
         "--admin-port": str(KONNECTIVITY_ADMIN_PORT),
         "--health-port": str(KONNECTIVITY_HEALTH_PORT),
         "--agent-namespace": "kube-system",

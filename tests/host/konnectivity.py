@@ -388,17 +388,39 @@ def apply_agent(kubectl: Path, kubeconfig: Path, tcp: dict[str, Any]) -> str:
 # --- the agent's image ---------------------------------------------------------------------------
 
 
-def agent_layer(agent_binary: bytes) -> bytes:
-    """One layer: /proxy-agent (static) and /tmp, as upstream's distroless image holds it."""
+def program_layer(binary: bytes, command: str = AGENT_COMMAND) -> bytes:
+    """One layer: the static program at `command` and /tmp, as upstream's distroless images
+    hold /proxy-agent and /proxy-server."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
         node_image._tar_add(tar, "tmp", mode=0o1777)
-        node_image._tar_add(tar, AGENT_COMMAND.lstrip("/"), agent_binary, 0o755)
+        node_image._tar_add(tar, command.lstrip("/"), binary, 0o755)
     return buffer.getvalue()
 
 
 def agent_archive(reference: str, agent_binary: bytes) -> bytes:
-    return node_image.docker_archive(reference, agent_layer(agent_binary), (AGENT_COMMAND,))
+    return node_image.docker_archive(reference, program_layer(agent_binary), (AGENT_COMMAND,))
+
+
+def server_archive(tier_cache_dir: Path, tcp: dict[str, Any]) -> Path:
+    """The server's image under the name Kamaji gives it (server_image), for a control plane
+    that runs as pods."""
+    built = build_binaries(tier_cache_dir)
+    reference = server_image(tcp)
+    layer = program_layer(built["proxy-server"].read_bytes(), SERVER_COMMAND)
+    return _archive(
+        tier_cache_dir, reference, node_image.docker_archive(reference, layer, (SERVER_COMMAND,))
+    )
+
+
+def _archive(tier_cache_dir: Path, reference: str, data: bytes) -> Path:
+    """`data` in the tier's cache under the image's file name (rewritten only when changed)."""
+    target = workload_images.workload_paths(tier_cache_dir).root / "konnectivity"
+    archive = target / node_image.image_file_name(reference)
+    if not archive.exists() or archive.read_bytes() != data:
+        target.mkdir(parents=True, exist_ok=True)
+        archive.write_bytes(data)
+    return archive
 
 
 @dataclass(frozen=True)
@@ -412,12 +434,9 @@ def artifacts(tier_cache_dir: Path, tcp: dict[str, Any]) -> Artifacts:
     """The binaries (built once) and the agent's archive for the TCP's image name."""
     built = build_binaries(tier_cache_dir)
     reference = agent_image(tcp)
-    target = workload_images.workload_paths(tier_cache_dir).root / "konnectivity"
-    archive = target / node_image.image_file_name(reference)
-    data = agent_archive(reference, built["proxy-agent"].read_bytes())
-    if not archive.exists() or archive.read_bytes() != data:
-        target.mkdir(parents=True, exist_ok=True)
-        archive.write_bytes(data)
+    archive = _archive(
+        tier_cache_dir, reference, agent_archive(reference, built["proxy-agent"].read_bytes())
+    )
     return Artifacts(built["proxy-server"], archive, reference)
 
 

@@ -372,5 +372,9 @@ def test_the_tenant_service_is_kamajis_for_the_programs_tcp():
     assert service["metadata"]["annotations"] == {"metallb.io/loadBalancerIPs": ADDRESS}
     assert "loadBalancerIP" not in service["spec"]
     assert service["spec"]["selector"] == {"kamaji.clastix.io/name": "tenant-a"}
-    (port,) = service["spec"]["ports"]
-    assert (port["name"], port["port"], port["targetPort"]) == ("kube-apiserver", 6443, 6443)
+    # the API server's port, then the one Kamaji's Konnectivity addon adds for its agents
+    ports = [(p["name"], p["port"], p["targetPort"]) for p in service["spec"]["ports"]]
+    assert ports == [("kube-apiserver", 6443, 6443), ("konnectivity-server", 8132, 8132)]
+    without = program_tcp()
+    del without["spec"]["addons"]["konnectivity"]
+    assert [p["name"] for p in kr.tenant_service(without)["spec"]["ports"]] == ["kube-apiserver"]

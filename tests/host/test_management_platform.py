@@ -19,6 +19,7 @@ it, on a datastore shared as Kamaji shares it.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import os
@@ -33,8 +34,11 @@ from typing import Any
 
 import control_plane_pods
 import kamaji_render
+import konnectivity
 import pytest
 import shared_datastore
+import tenant_stand_in
+import workload_images
 import yaml
 from container_stats import stats
 from docker_host import Docker
@@ -43,13 +47,16 @@ from management_cluster import Cluster, kubectl, management_cluster, run_script
 from node_image import K8S_VERSION, BuildPaths
 from platform_images import MetalLBBuild, build_etcd_image, build_metallb
 from program import CreatedNetwork, TierHost
+from tenant_lab import TenantLab, Worker, conntrack_at_target, worker_names
 from tenant_stand_in import StandIn, run_phases
 from test_node_image import mirrored_config
+from test_workers import leftover
 
 from labconfig.addresses import plan_network
 from labconfig.model import ConfigError
 from labconfig.parse import parse_config
 from planning import footprint
+from tests.support.docker_readback import container_attributes
 from tests.support.pulumi_harness import (
     ProgramRun,
     integral_numbers,
@@ -222,12 +229,13 @@ def start_tenant(
     platform: Platform, tcp: dict[str, Any], pki: shared_datastore.DatastorePki, workdir: Path
 ) -> None:
     """What Kamaji does for a new TCP up to its pods: the datastore's user and role, the
-    certificates, the Service and the Deployment."""
+    certificates, the Service and the Deployment (with its Konnectivity server)."""
     tcp["metadata"]["uid"] = str(uuid.uuid4())  # what the API server gives the created TCP
     schema = kamaji_render.datastore_schema(tcp)
     setup = platform.etcd(shared_datastore.tenant_setup_script(schema, schema))
     assert setup.returncode == 0, setup.stderr
-    files = control_plane_pods.tenant_files(platform.bin_dir, tcp, workdir, pki)
+    server = konnectivity.build_binaries(platform.tier_cache)["proxy-server"]
+    files = control_plane_pods.tenant_files(platform.bin_dir, tcp, workdir, pki, server)
     platform.apply(
         namespace(tcp["metadata"]["namespace"]),
         *control_plane_pods.manifests(tcp, files, K8S_VERSION),
@@ -246,12 +254,17 @@ def platform(
     run = run_program(platform_config(mirrored_node_image), host=TierHost())
     build = build_metallb(tier_cache_dir, _release_inputs(run)["version"])
     etcd_image, etcd_archive = build_etcd_image(tier_cache_dir)
+    servers = {
+        konnectivity.server_archive(tier_cache_dir, integral_numbers(r.inputs))
+        for r in run.of_type(TCP_TYPE)
+    }
     with (
         management_cluster(docker, tier_cache_dir, mirrored_node_image, lab_network) as cluster,
         tempfile.TemporaryDirectory(dir=tier_cache_dir) as work,
     ):
         started = time.monotonic()  # the kind cluster is ready: its create script waits for it
-        load_images(docker, tier_cache_dir, cluster, [*build.images.values(), etcd_archive])
+        archives = [*build.images.values(), etcd_archive, *sorted(servers)]
+        load_images(docker, tier_cache_dir, cluster, archives)
         platform = Platform(docker, cluster, run, build, tier_cache_dir, None)  # type: ignore[arg-type]
         install_metallb(platform)
         platform.timings["kind ready -> MetalLB admits the pool"] = time.monotonic() - started
@@ -268,7 +281,11 @@ def platform(
             )
             workdir = Path(work) / name
             stand_in = StandIn(name, tcp["spec"]["networkProfile"]["address"], workdir)
-            phases = run_phases(platform.bin_dir, stand_in, tcp) if healthz.returncode == 0 else []
+            phases = []
+            if healthz.returncode == 0:
+                phases = run_phases(platform.bin_dir, stand_in, tcp)
+                # what Kamaji's Konnectivity addon applies once the API server answers
+                konnectivity.apply_agent(platform.bin_dir / "kubectl", stand_in.admin_path, tcp)
             platform.tenants[name] = TenantPlane(tcp, workdir, healthz, phases)
         try:
             yield platform
@@ -375,9 +392,10 @@ def client_files(platform: Platform, tenant: TenantPlane) -> tuple[str, str]:
     for name in ("server.crt", "server.key"):
         path = f"/tmp/{tenant.schema}-{name}"
         content = (tenant.workdir / "pki" / "etcd" / name).read_text()
+        # as an argument: `kubectl exec -i` with stdin once lost the end of a key here
         copied = platform.kubectl(
-            "exec", "-i", "-n", shared_datastore.NAMESPACE, shared_datastore.POD, "--",
-            "sh", "-c", f"cat > {path}", input=content,
+            "exec", "-n", shared_datastore.NAMESPACE, shared_datastore.POD, "--",
+            "sh", "-c", f'echo "$1" > {path}', "sh", content,
         )  # fmt: skip
         assert copied.returncode == 0, copied.stderr
         paths.append(path)
@@ -397,6 +415,79 @@ def announced(lab: Platform, tcp: dict[str, Any]) -> str:
         lambda: [m for r, m in events(lab, ns, name) if r == "nodeAssigned"],
     )
     return found[0]
+
+
+JOINED_TENANT = "tenant-a"
+
+
+@pytest.fixture(scope="module")
+def worker(platform: Platform, mirrored_node_image: str) -> Iterator[tuple[TenantLab, Worker]]:
+    """The tenant's first worker, created as the provider creates it, with the images a user's
+    host would pull, joined by the program's join script with the admin kubeconfig Kamaji
+    hands out (its server: the tenant's MetalLB address), then the program's flannel."""
+    tenant = platform.tenants[JOINED_TENANT]
+    name = worker_names(JOINED_TENANT)[0]
+    archives = workload_images.workload_archives(platform.tier_cache)
+    agent = konnectivity.artifacts(platform.tier_cache, tenant.tcp).agent_archive
+    images = [path.read_bytes() for path in [*archives.values(), agent]]
+    lab = TenantLab(
+        platform.docker, platform.tier_cache, platform.bin_dir, platform.run, images, "", ""
+    )
+    lab.stand_ins[JOINED_TENANT] = StandIn(JOINED_TENANT, tenant.address, tenant.workdir)
+    image = json.loads(platform.docker.run("image", "inspect", mirrored_node_image).stdout)[0]
+    attributes = {**container_attributes(platform.run.named(name).inputs), "image": image["Id"]}
+    joined = Worker(name, JOINED_TENANT, attributes, platform.run.named(f"{name}-join").inputs)
+    lab.workers[name] = joined
+    stack = contextlib.ExitStack()
+    try:
+        stack.enter_context(conntrack_at_target(K8S_VERSION))  # the preflight's fix
+        lab.create_worker(joined)
+        joined.joined = lab.run_join(joined)
+        assert joined.joined.returncode == 0, joined.joined.stderr[-3000:]
+        lab.apply_flannel(JOINED_TENANT)
+        lab.wait_ready([joined])
+        platform.timings[f"{name}: container start to Node Ready"] = joined.ready_seconds or 0
+        yield lab, joined
+    finally:
+        lab.run_leave(joined)  # the program's leave script: its Node goes too
+        leftover(platform.docker, name)
+        stack.close()
+
+
+@pytest.mark.upstream("kamaji-konnectivity-egress-selector")
+def test_a_worker_joins_through_the_address_and_is_reached_through_the_tunnel(
+    platform: Platform, worker: tuple[TenantLab, Worker]
+):
+    """The worker's kubelet and kube-proxy talk to the tenant through MetalLB; the API server,
+    a pod in the management cluster with no route to the worker, reaches the kubelet through
+    the Konnectivity agent on the worker, which dialled the server on the same address."""
+    lab, joined = worker
+    assert "This node has joined the cluster" in joined.joined.stdout + joined.joined.stderr
+    node = lab.get(JOINED_TENANT, "node", joined.name)
+    assert node["status"]["nodeInfo"]["kubeletVersion"] == K8S_VERSION
+    konnectivity.wait_for(
+        "the agent on the worker",
+        lambda: konnectivity.ready_agents(lab_kubectl(lab)) == [joined.name],
+    )
+    # the agent's own logs: the API server reaches the worker's kubelet through that agent
+    logs = lab.kubectl(
+        JOINED_TENANT, "logs", "-n", konnectivity.AGENT_NAMESPACE,
+        "-l", f"k8s-app={konnectivity.AGENT_NAME}",
+    )  # fmt: skip
+    assert logs, "no logs through the tunnel"
+    server = platform.kubectl(
+        "logs", "-n", JOINED_TENANT, f"deployment/{JOINED_TENANT}", "-c",
+        konnectivity.SERVER_CONTAINER,
+    )  # fmt: skip
+    assert '"Agent connected"' in server.stdout + server.stderr, server.stderr[-2000:]
+
+
+def lab_kubectl(lab: TenantLab) -> konnectivity.Kubectl:
+    def run(*args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
+        admin = lab.stand_ins[JOINED_TENANT].admin_path
+        return tenant_stand_in.kubectl(lab.bin_dir, admin, *args, input=input)
+
+    return run
 
 
 def refused_service(lab: Platform, name: str, address: str) -> dict[str, Any]:
