@@ -481,9 +481,7 @@ def cluster_configuration(tcp: dict[str, Any], *, datastore_endpoints: list[str]
             "podSubnet": ",".join(_cidrs(net, "podCidr")),
             "serviceSubnet": ",".join(_cidrs(net, "serviceCidr")),
         },
-        # Kamaji passes the DataStore's host:port endpoints unchanged (it never validates the
-        # struct); kubeadm's CLI parses them as URLs and refuses IP:port, so https:// is added.
-        "etcd": {"external": {"endpoints": [f"https://{e}" for e in datastore_endpoints]}},
+        "etcd": {"external": {"endpoints": [_cli_endpoint(e) for e in datastore_endpoints]}},
         "apiServer": {
             "certSANs": cert_sans(tcp),
             # Only in the uploaded kubeadm-config: the pod's real flags are control_plane_args.
@@ -493,6 +491,18 @@ def cluster_configuration(tcp: dict[str, Any], *, datastore_endpoints: list[str]
             ],
         },
     }
+
+
+def _cli_endpoint(endpoint: str) -> str:
+    """A DataStore endpoint as the kubeadm CLI takes it. Kamaji passes the `host:port`
+    endpoints unchanged, with no TLS files unless they start with https (configuration.go:38-50);
+    the CLI parses each as a URL and refuses an IP:port, so only that form gets https:// (a
+    hostname:port, like kamaji-etcd's, stays as Kamaji uploads it)."""
+    try:
+        ipaddress.ip_address(endpoint.rsplit(":", 1)[0])
+    except ValueError:
+        return endpoint
+    return f"https://{endpoint}"
 
 
 def component_kubeconfig_server(tcp: dict[str, Any]) -> str:

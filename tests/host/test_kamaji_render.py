@@ -254,8 +254,11 @@ def test_kubeadm_configuration_is_kamajis_in_v1beta4():
         "podSubnet": "10.244.0.0/16",
         "serviceSubnet": "10.96.0.0/16",
     }
-    # kubeadm's CLI wants URLs where Kamaji keeps host:port
-    assert cluster["etcd"] == {"external": {"endpoints": [f"https://{ETCD[0]}"]}}
+    # kamaji-etcd's hostname:port as Kamaji uploads it (no TLS files: not https); an IP:port,
+    # which kubeadm's CLI refuses, gets https://
+    assert cluster["etcd"] == {"external": {"endpoints": [ETCD[0]]}}
+    local = kr.cluster_configuration(program_tcp(), datastore_endpoints=["127.0.0.1:2379"])
+    assert local["etcd"] == {"external": {"endpoints": ["https://127.0.0.1:2379"]}}
     assert cluster["apiServer"]["certSANs"] == [
         "127.0.0.1",
         "localhost",

@@ -458,11 +458,16 @@ def worker(platform: Platform, mirrored_node_image: str) -> Iterator[tuple[Tenan
 def test_a_worker_joins_through_the_address_and_is_reached_through_the_tunnel(
     platform: Platform, worker: tuple[TenantLab, Worker]
 ):
-    """The worker's kubelet and kube-proxy talk to the tenant through MetalLB; the API server,
+    """The worker's kubelet and kube-proxy talk to the tenant through MetalLB (its join read
+    the kubeadm-config with the datastore's endpoint in Kamaji's form); the API server,
     a pod in the management cluster with no route to the worker, reaches the kubelet through
     the Konnectivity agent on the worker, which dialled the server on the same address."""
     lab, joined = worker
     assert "This node has joined the cluster" in joined.joined.stdout + joined.joined.stderr
+    # the kubeadm-config the join read names the datastore as Kamaji uploads it (host:port)
+    uploaded = lab.get(JOINED_TENANT, "configmap", "kubeadm-config", "-n", "kube-system")
+    cluster = yaml.safe_load(uploaded["data"]["ClusterConfiguration"])
+    assert cluster["etcd"]["external"]["endpoints"] == [shared_datastore.ENDPOINT]
     node = lab.get(JOINED_TENANT, "node", joined.name)
     assert node["status"]["nodeInfo"]["kubeletVersion"] == K8S_VERSION
     konnectivity.wait_for(
