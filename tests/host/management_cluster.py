@@ -71,7 +71,11 @@ class Cluster:
 
 
 def kubectl(
-    tier_cache: Path, kubeconfig: str, *args: str, input: str | None = None
+    tier_cache: Path,
+    kubeconfig: str,
+    *args: str,
+    input: str | None = None,
+    timeout: float = 120,
 ) -> subprocess.CompletedProcess[str]:
     with tempfile.NamedTemporaryFile("w", suffix=".kubeconfig") as file:
         file.write(kubeconfig)
@@ -81,7 +85,7 @@ def kubectl(
             input=input,
             capture_output=True,
             text=True,
-            timeout=120,
+            timeout=timeout,
             check=False,
         )
 
@@ -99,8 +103,8 @@ def management_cluster(
         if not docker.own:
             pytest.fail(f"the daemon at {docker.host} already runs {command.node}", pytrace=False)
         run_script(docker, tier_cache, command.delete, command.environment)
-    created = run_script(docker, tier_cache, command.create, command.environment)
-    try:
+    try:  # a create cut off by its timeout leaves a node behind: the delete runs anyway
+        created = run_script(docker, tier_cache, command.create, command.environment)
         assert created.returncode == 0, created.stderr[-5000:]
         container = json.loads(docker.run("inspect", command.node).stdout)[0]
         yield Cluster(command, created, container)

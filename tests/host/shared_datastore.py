@@ -15,7 +15,9 @@ tenant, read at their pinned versions (docs/upstream-facts/tenant-stand-in.md,
   DataStore's CA; the tenant's API server runs with `--etcd-prefix=/<UID>`.
 
 Differences, all of the harness, none of the program: the data directory is an emptyDir (the chart
-asks a PersistentVolumeClaim of the cluster's default storage class); the certificates are made
+asks a PersistentVolumeClaim of the cluster's default storage class); of the chart's flags the
+metrics listener, auto-compaction, snapshot count and quota (etcd_sts.yaml:89,99-102) are left at
+etcd's defaults; the certificates are made
 here with `cryptography` (the chart's job runs cfssl, Kamaji Go's crypto/x509), the serving
 certificate also serves the peer port; the image holds etcd and etcdctl v3.6.5 (the tier's build)
 and busybox's shell for the setup commands, run with `kubectl exec` instead of a Job.
@@ -110,7 +112,8 @@ def make_pki() -> DatastorePki:
 
 def etcd_command() -> list[str]:
     """kamaji-etcd 0.15.0's container command (templates/etcd_sts.yaml:79-102) for one member,
-    the serving certificate also on the peer port."""
+    the serving certificate also on the peer port; without the metrics listener, compaction,
+    snapshot and quota flags (:89,99-102)."""
     member = f"https://$(POD_NAME).{NAME}.$(POD_NAMESPACE).svc.cluster.local"
     return [
         "etcd",
@@ -225,9 +228,16 @@ ETCDCTL = (
 
 
 def root_setup_script() -> str:
-    """kamaji-etcd 0.15.0's post-install job 2 (templates/etcd_job_preinstall_2.yaml:33-42)."""
+    """kamaji-etcd 0.15.0's post-install job 2 (templates/etcd_job_preinstall_2.yaml:33-42),
+    once etcd serves (the job retries up to its backoffLimit 12 instead, :13)."""
     return f"""\
 set -e
+tries=0
+until {ETCDCTL} endpoint health >/dev/null 2>&1; do
+  tries=$((tries + 1))
+  [ "$tries" -lt 60 ] || {{ echo "etcd did not become healthy" >&2; exit 1; }}
+  sleep 1
+done
 if {ETCDCTL} user get root >/dev/null 2>&1; then
   echo "User already exists, nothing to do"
 else
@@ -241,7 +251,7 @@ fi
 
 def tenant_setup_script(schema: str, user: str) -> str:
     """What Kamaji's DataStore setup does for a tenant on etcd (internal/datastore/etcd.go:
-    CreateUser with NoPassword :42-48, GrantPrivileges :58-76: role `schema` read-write on
+    CreateUser with NoPassword :44-50, GrantPrivileges :60-77: role `schema` read-write on
     [/<schema>/, its prefix end), granted to the user; buildKey :185-187)."""
     return f"""\
 set -e

@@ -215,9 +215,11 @@ def install_metallb(platform: Platform) -> None:
 def install_datastore(platform: Platform, image: str) -> shared_datastore.DatastorePki:
     pki = shared_datastore.make_pki()
     platform.apply(*shared_datastore.manifests(pki, image))
-    status = platform.kubectl(
+    status = kubectl(
+        platform.tier_cache, platform.kubeconfig,
         "rollout", "status", "-n", shared_datastore.NAMESPACE,
         f"statefulset/{shared_datastore.NAME}", f"--timeout={READY_TIMEOUT_SECONDS}s",
+        timeout=READY_TIMEOUT_SECONDS + 30,
     )  # fmt: skip
     assert status.returncode == 0, status.stderr
     setup = platform.etcd(shared_datastore.root_setup_script())
@@ -274,19 +276,21 @@ def platform(
         for name, tcp in tcps.items():
             (Path(work) / name).mkdir()
             start_tenant(platform, tcp, pki, Path(work) / name)
-        for name, tcp in tcps.items():
-            healthz, _ = platform.healthz_wait(name)
+        answered = {}
+        for name in tcps:  # every tenant's wait first: each time is its own
+            answered[name], _ = platform.healthz_wait(name)
             platform.timings[f"kind ready -> {name} answers on its address"] = (
                 time.monotonic() - started
             )
+        for name, tcp in tcps.items():
             workdir = Path(work) / name
             stand_in = StandIn(name, tcp["spec"]["networkProfile"]["address"], workdir)
             phases = []
-            if healthz.returncode == 0:
+            if answered[name].returncode == 0:
                 phases = run_phases(platform.bin_dir, stand_in, tcp)
                 # what Kamaji's Konnectivity addon applies once the API server answers
                 konnectivity.apply_agent(platform.bin_dir / "kubectl", stand_in.admin_path, tcp)
-            platform.tenants[name] = TenantPlane(tcp, workdir, healthz, phases)
+            platform.tenants[name] = TenantPlane(tcp, workdir, answered[name], phases)
         try:
             yield platform
         finally:  # what the module measured, for the session's summary
@@ -305,14 +309,6 @@ def ingress(lab: Platform, namespace: str, name: str) -> list[str]:
 def events(lab: Platform, namespace: str, name: str) -> list[tuple[str, str]]:
     found = lab.get("events", "-n", namespace, "--field-selector", f"involvedObject.name={name}")
     return [(e["reason"], e["message"]) for e in found["items"]]
-
-
-def wait_for(what: str, probe: Any, timeout: float = READY_TIMEOUT_SECONDS) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (found := probe()):
-        assert time.monotonic() < deadline, f"{what}: not within {timeout:.0f}s"
-        time.sleep(1)
-    return found
 
 
 def test_metallb_runs_from_the_pinned_chart_and_the_images_built_here(platform: Platform):
@@ -340,6 +336,8 @@ def test_the_pool_is_the_programs_range(platform: Platform):
     pool = platform.get("ipaddresspool", "lab-pool", "-n", NAMESPACE)
     declared = platform.run.named("metallb-ipaddresspool").inputs
     assert pool["spec"]["addresses"] == declared["spec"]["addresses"]
+    # MetalLB's own count: both tenants' addresses came from it
+    assert pool["status"]["assignedIPv4"] == len(platform.tenants), pool["status"]
     advertisement = platform.get("l2advertisement", "lab-pool", "-n", NAMESPACE)
     assert advertisement["spec"]["ipAddressPools"] == ["lab-pool"]
 
@@ -404,13 +402,13 @@ def client_files(platform: Platform, tenant: TenantPlane) -> tuple[str, str]:
 
 def assigned(lab: Platform, tcp: dict[str, Any]) -> list[str]:
     name, ns = tcp["metadata"]["name"], tcp["metadata"]["namespace"]
-    return wait_for(f"{name}'s address", lambda: ingress(lab, ns, name))
+    return konnectivity.wait_for(f"{name}'s address", lambda: ingress(lab, ns, name))
 
 
 def announced(lab: Platform, tcp: dict[str, Any]) -> str:
     """The speaker's event on the Service once it announces the address from a node."""
     name, ns = tcp["metadata"]["name"], tcp["metadata"]["namespace"]
-    found = wait_for(
+    found = konnectivity.wait_for(
         f"{name}'s announcement",
         lambda: [m for r, m in events(lab, ns, name) if r == "nodeAssigned"],
     )
@@ -438,20 +436,17 @@ def worker(platform: Platform, mirrored_node_image: str) -> Iterator[tuple[Tenan
     attributes = {**container_attributes(platform.run.named(name).inputs), "image": image["Id"]}
     joined = Worker(name, JOINED_TENANT, attributes, platform.run.named(f"{name}-join").inputs)
     lab.workers[name] = joined
-    stack = contextlib.ExitStack()
-    try:
+    with contextlib.ExitStack() as stack:
         stack.enter_context(conntrack_at_target(K8S_VERSION))  # the preflight's fix
+        stack.callback(leftover, platform.docker, name)
         lab.create_worker(joined)
+        stack.callback(lab.run_leave, joined)  # the program's leave script: its Node goes too
         joined.joined = lab.run_join(joined)
         assert joined.joined.returncode == 0, joined.joined.stderr[-3000:]
         lab.apply_flannel(JOINED_TENANT)
         lab.wait_ready([joined])
         platform.timings[f"{name}: container start to Node Ready"] = joined.ready_seconds or 0
         yield lab, joined
-    finally:
-        lab.run_leave(joined)  # the program's leave script: its Node goes too
-        leftover(platform.docker, name)
-        stack.close()
 
 
 @pytest.mark.upstream("kamaji-konnectivity-egress-selector")
@@ -459,9 +454,12 @@ def test_a_worker_joins_through_the_address_and_is_reached_through_the_tunnel(
     platform: Platform, worker: tuple[TenantLab, Worker]
 ):
     """The worker's kubelet and kube-proxy talk to the tenant through MetalLB (its join read
-    the kubeadm-config with the datastore's endpoint in Kamaji's form); the API server,
-    a pod in the management cluster with no route to the worker, reaches the kubelet through
-    the Konnectivity agent on the worker, which dialled the server on the same address."""
+    the kubeadm-config with the datastore's endpoint in Kamaji's form); the API server, a pod
+    in the management cluster whose egress selector sends every request to nodes through
+    Konnectivity, reads the worker's pod logs through the agent, which dialled the server on
+    the same address. (The management cluster's pods could reach the worker's kubelet on the
+    lab network directly too: what shows the tunnel is the egress selector in the API
+    server's command and the server's "Agent connected".)"""
     lab, joined = worker
     assert "This node has joined the cluster" in joined.joined.stdout + joined.joined.stderr
     # the kubeadm-config the join read names the datastore as Kamaji uploads it (host:port)
@@ -480,6 +478,10 @@ def test_a_worker_joins_through_the_address_and_is_reached_through_the_tunnel(
         "-l", f"k8s-app={konnectivity.AGENT_NAME}",
     )  # fmt: skip
     assert logs, "no logs through the tunnel"
+    deployment = platform.get("deployment", JOINED_TENANT, "-n", JOINED_TENANT)
+    containers = {c["name"]: c for c in deployment["spec"]["template"]["spec"]["containers"]}
+    egress = f"--egress-selector-config-file={kamaji_render.EGRESS_SELECTOR_CONFIG}"
+    assert egress in containers["kube-apiserver"]["command"]
     server = platform.kubectl(
         "logs", "-n", JOINED_TENANT, f"deployment/{JOINED_TENANT}", "-c",
         konnectivity.SERVER_CONTAINER,
@@ -508,7 +510,7 @@ def refused_service(lab: Platform, name: str, address: str) -> dict[str, Any]:
 def allocation_failure(lab: Platform, service: dict[str, Any]) -> str:
     lab.apply(service)
     ns, name = service["metadata"]["namespace"], service["metadata"]["name"]
-    (message,) = wait_for(
+    (message,) = konnectivity.wait_for(
         f"{name}'s allocation failure",
         lambda: [m for r, m in events(lab, ns, name) if r == "AllocationFailed"][:1],
     )
@@ -516,7 +518,7 @@ def allocation_failure(lab: Platform, service: dict[str, Any]) -> str:
     return message
 
 
-def program_refuses(run: ProgramRun, tenants: list[dict[str, Any]]) -> str:
+def program_refuses(tenants: list[dict[str, Any]]) -> str:
     """The program's verdict on the lab stack with these tenants: its ConfigError, after it
     registered nothing (exit code 32, the language host's "error already shown")."""
     config = {**lab_stack_config(), "tenants": tenants}
@@ -536,7 +538,7 @@ def test_an_address_outside_the_pool_is_refused_before_anything_is_made(platform
     message = allocation_failure(platform, refused_service(platform, "outside", outside))
     assert message.endswith(f'["{outside}"] is not allowed in config'), message
     tenants = lab_stack_config()["tenants"]
-    refused = program_refuses(platform.run, [{**tenants[0], "address": outside}, tenants[1]])
+    refused = program_refuses([{**tenants[0], "address": outside}, tenants[1]])
     assert refused.startswith("tenants[0].address") and "is outside the pool" in refused
 
 
@@ -555,7 +557,7 @@ def test_one_address_for_two_tenants_is_refused_before_anything_is_made(platform
     assert waited.returncode == 0, waited.stderr
     tenants = lab_stack_config()["tenants"]
     pinned = [{**tenant, "address": taken} for tenant in tenants]
-    refused = program_refuses(platform.run, pinned)
+    refused = program_refuses(pinned)
     assert refused.startswith("tenants[1].address") and "already pinned by tenant" in refused
 
 
