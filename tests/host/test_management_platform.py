@@ -99,7 +99,7 @@ class Platform:
     run: ProgramRun
     build: MetalLBBuild
     tier_cache: Path
-    webhook_wait: subprocess.CompletedProcess[str]
+    webhook_wait: subprocess.CompletedProcess[str] | None = None  # install_metallb's
     tenants: dict[str, TenantPlane] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
 
@@ -136,15 +136,13 @@ class Platform:
     def tcps(self) -> list[dict[str, Any]]:
         return [integral_numbers(r.inputs) for r in self.run.of_type(TCP_TYPE)]
 
-    def healthz_wait(self, tenant: str) -> tuple[subprocess.CompletedProcess[str], float]:
+    def healthz_wait(self, tenant: str) -> subprocess.CompletedProcess[str]:
         """The tenant's `<tenant>-api-ready` Command, run from this host as pulumi-command runs
-        it, and how long it took."""
+        it."""
         command = self.run.named(f"{tenant}-api-ready").inputs
-        started = time.monotonic()
-        ran = run_script(
+        return run_script(
             self.docker, self.tier_cache, command["create"], dict(command["environment"])
         )
-        return ran, time.monotonic() - started
 
 
 def platform_config(reference: str) -> dict[str, Any]:
@@ -267,7 +265,7 @@ def platform(
         started = time.monotonic()  # the kind cluster is ready: its create script waits for it
         archives = [*build.images.values(), etcd_archive, *sorted(servers)]
         load_images(docker, tier_cache_dir, cluster, archives)
-        platform = Platform(docker, cluster, run, build, tier_cache_dir, None)  # type: ignore[arg-type]
+        platform = Platform(docker, cluster, run, build, tier_cache_dir)
         install_metallb(platform)
         platform.timings["kind ready -> MetalLB admits the pool"] = time.monotonic() - started
         pki = install_datastore(platform, etcd_image)
@@ -278,7 +276,7 @@ def platform(
             start_tenant(platform, tcp, pki, Path(work) / name)
         answered = {}
         for name in tcps:  # every tenant's wait first: each time is its own
-            answered[name], _ = platform.healthz_wait(name)
+            answered[name] = platform.healthz_wait(name)
             platform.timings[f"kind ready -> {name} answers on its address"] = (
                 time.monotonic() - started
             )
@@ -329,6 +327,7 @@ def test_metallb_runs_from_the_pinned_chart_and_the_images_built_here(platform: 
     for pod in pods:
         ready = {c["type"]: c["status"] for c in pod["status"]["conditions"]}
         assert ready["Ready"] == "True", pod["status"]
+    assert platform.webhook_wait is not None
     assert "the API server admits the MetalLB pool" in platform.webhook_wait.stderr
 
 
@@ -553,7 +552,7 @@ def test_one_address_for_two_tenants_is_refused_before_anything_is_made(platform
     message = allocation_failure(platform, refused_service(platform, "second", taken))
     ns, name = tcp["metadata"]["namespace"], tcp["metadata"]["name"]
     assert message.endswith(f"address also in use by {ns}/{name}"), message
-    waited, _ = platform.healthz_wait(tcp["metadata"]["name"])
+    waited = platform.healthz_wait(tcp["metadata"]["name"])
     assert waited.returncode == 0, waited.stderr
     tenants = lab_stack_config()["tenants"]
     pinned = [{**tenant, "address": taken} for tenant in tenants]
@@ -580,7 +579,7 @@ def test_the_addresses_answer_again_after_the_kind_node_restarts(platform: Platf
     started = time.monotonic()
     platform.docker.run("restart", node)
     for name in platform.tenants:
-        waited, _ = platform.healthz_wait(name)
+        waited = platform.healthz_wait(name)
         assert waited.returncode == 0, waited.stderr
     platform.timings["kind node restart -> every tenant address answers"] = (
         time.monotonic() - started
