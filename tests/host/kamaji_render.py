@@ -11,8 +11,6 @@ run on the same TCP (docs/upstream-facts/tenant-stand-in.md):
 - `pod_files`: what each path those args name must hold, in kubeadm's terms.
 - `kubeadm_configuration`: the InitConfiguration + ClusterConfiguration (+ KubeProxyConfiguration)
   Kamaji builds (internal/kubeadm/configuration.go), as v1beta4 YAML the real kubeadm accepts.
-- `kubelet_configuration`: the kubelet-config ConfigMap's KubeletConfiguration
-  (internal/kubeadm/uploadconfig.go), the TCP's configurationJSONPatches applied.
 - `phases`: what Kamaji does once the API server answers, as `kubeadm init phase` commands.
 - `tenant_service`: the Service in front of the control plane pods
   (internal/resources/k8s_service_resource.go).
@@ -22,11 +20,9 @@ from __future__ import annotations
 
 import copy
 import ipaddress
-import textwrap
 from dataclasses import dataclass
 from typing import Any
 
-import jsonpatch
 import yaml
 
 KAMAJI_TAG = "26.8.2-edge"
@@ -574,12 +570,12 @@ def phases() -> list[Phase]:
         ),
         Phase(
             "upload-config kubelet",
-            "ConfigMap kube-system/kubelet-config = kubelet_configuration(), Role and RoleBinding "
-            "kubeadm:kubelet-config for system:nodes and system:bootstrappers:kubeadm:default-"
-            "node-token (internal/kubeadm/uploadconfig.go)",
+            "ConfigMap kube-system/kubelet-config (kamaji_kubelet_config.content), Role and "
+            "RoleBinding kubeadm:kubelet-config for system:nodes and system:bootstrappers:"
+            "kubeadm:default-node-token (internal/kubeadm/uploadconfig.go)",
             "kubeadm init phase upload-config kubelet",
             "kubeadm uploads its own defaulted KubeletConfiguration (resolvConf detected on the "
-            "host, no JSON patches): create the ConfigMap from kubelet_configuration() instead",
+            "host, no JSON patches): create the ConfigMap from kamaji_kubelet_config instead",
         ),
         Phase(
             "bootstrap-token",
@@ -620,145 +616,3 @@ def kube_proxy_configuration(tcp: dict[str, Any]) -> dict:
         "bindAddress": "0.0.0.0",
         "clientConnection": {"kubeconfig": KUBE_PROXY_KUBECONFIG},
     }
-
-
-# --- RFC 6902, as github.com/evanphx/json-patch/v5 applies it ----------------------------------
-
-
-def apply_json_patch(document: dict[str, Any], patch: list[dict[str, Any]]) -> dict[str, Any]:
-    """The patched copy (`jsonpatch`, RFC 6902 like evanphx's): an `add` replaces an object
-    member, a `replace` or `remove` of a missing key fails."""
-    return jsonpatch.apply_patch(document, patch)
-
-
-# --- the kubelet-config ConfigMap --------------------------------------------------------------
-# The kubelet's v1beta1 defaults as Kamaji encodes them (SetDefaults_KubeletConfiguration of
-# k8s.io/kubernetes v1.36.3, then uploadconfig.go's fields), printed by Kamaji's own
-# UploadKubeletConfig for a TCP without patches; clusterDNS and clusterDomain come from the TCP.
-KAMAJI_KUBELET_DEFAULTS: dict[str, Any] = yaml.safe_load(
-    textwrap.dedent(
-        """\
-    address: 0.0.0.0
-    authentication:
-      anonymous:
-        enabled: false
-      webhook:
-        cacheTTL: 2m0s
-        enabled: true
-      x509:
-        clientCAFile: /etc/kubernetes/pki/ca.crt
-    authorization:
-      mode: Webhook
-      webhook:
-        cacheAuthorizedTTL: 5m0s
-        cacheUnauthorizedTTL: 30s
-    cgroupsPerQOS: true
-    configMapAndSecretChangeDetectionStrategy: Watch
-    containerLogMaxFiles: 5
-    containerLogMaxSize: 10Mi
-    containerLogMaxWorkers: 1
-    containerLogMonitorInterval: 10s
-    containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
-    contentType: application/vnd.kubernetes.protobuf
-    cpuCFSQuota: true
-    cpuCFSQuotaPeriod: 100ms
-    cpuManagerPolicy: none
-    cpuManagerReconcilePeriod: 10s
-    crashLoopBackOff:
-      maxContainerRestartPeriod: 5m0s
-    enableControllerAttachDetach: true
-    enableDebugFlagsHandler: true
-    enableDebuggingHandlers: true
-    enableProfilingHandler: true
-    enableServer: true
-    enableSystemLogHandler: true
-    enforceNodeAllocatable:
-    - pods
-    eventBurst: 100
-    eventRecordQPS: 50
-    evictionPressureTransitionPeriod: 5m0s
-    failCgroupV1: true
-    failSwapOn: true
-    fileCheckFrequency: 20s
-    hairpinMode: promiscuous-bridge
-    healthzBindAddress: 127.0.0.1
-    healthzPort: 10248
-    httpCheckFrequency: 20s
-    imageGCHighThresholdPercent: 85
-    imageGCLowThresholdPercent: 80
-    imageMaximumGCAge: 0s
-    imageMinimumGCAge: 2m0s
-    imagePullCredentialsVerificationPolicy: NeverVerifyPreloadedImages
-    iptablesDropBit: 15
-    iptablesMasqueradeBit: 14
-    kubeAPIBurst: 100
-    kubeAPIQPS: 50
-    localStorageCapacityIsolation: true
-    logging:
-      flushFrequency: 5s
-      format: text
-      options:
-        json:
-          infoBufferSize: '0'
-        text:
-          infoBufferSize: '0'
-      verbosity: 0
-    makeIPTablesUtilChains: true
-    maxOpenFiles: 1000000
-    maxPods: 110
-    memoryManagerPolicy: None
-    memoryReservationPolicy: None
-    memorySwap: {}
-    memoryThrottlingFactor: 0.9
-    mergeDefaultEvictionSettings: false
-    nodeLeaseDurationSeconds: 40
-    nodeStatusMaxImages: 50
-    nodeStatusReportFrequency: 5m0s
-    nodeStatusUpdateFrequency: 10s
-    oomScoreAdj: -999
-    podLogsDir: /var/log/pods
-    podPidsLimit: -1
-    port: 10250
-    registerNode: true
-    registryBurst: 10
-    registryPullQPS: 5
-    rotateCertificates: true
-    runtimeRequestTimeout: 2m0s
-    seccompDefault: false
-    serializeImagePulls: true
-    shutdownGracePeriod: 0s
-    shutdownGracePeriodCriticalPods: 0s
-    staticPodPath: /etc/kubernetes/manifests
-    streamingConnectionIdleTimeout: 4h0m0s
-    syncFrequency: 1m0s
-    topologyManagerPolicy: none
-    topologyManagerScope: container
-    volumePluginDir: /usr/libexec/kubernetes/kubelet-plugins/volume/exec/
-    volumeStatsAggPeriod: 1m0s
-"""
-    )
-)
-
-
-def kubelet_configuration(tcp: dict[str, Any]) -> dict[str, Any]:
-    """The KubeletConfiguration in Kamaji's kube-system/kubelet-config (key `kubelet`): its
-    defaults, cgroupDriver from the deprecated spec.kubernetes.kubelet.cgroupfs, clusterDNS and
-    clusterDomain from the network profile, then the TCP's configurationJSONPatches."""
-    tcp = defaulted(tcp)
-    kubelet = tcp["spec"]["kubernetes"]["kubelet"]
-    net = tcp["spec"]["networkProfile"]
-    config: dict[str, Any] = {
-        "apiVersion": "kubelet.config.k8s.io/v1beta1",
-        "kind": "KubeletConfiguration",
-        **copy.deepcopy(KAMAJI_KUBELET_DEFAULTS),
-        "clusterDNS": list(net["dnsServiceIPs"]),
-        "clusterDomain": net["clusterDomain"],
-    }
-    if kubelet.get("cgroupfs"):  # an empty driver is omitted from the encoding
-        config["cgroupDriver"] = kubelet["cgroupfs"]
-    return apply_json_patch(config, kubelet.get("configurationJSONPatches", []))
-
-
-def kubelet_configuration_yaml(tcp: dict[str, Any]) -> str:
-    """As the ConfigMap holds it: keys sorted (Kamaji re-encodes the typed struct)."""
-    return yaml.safe_dump(kubelet_configuration(tcp), sort_keys=True)

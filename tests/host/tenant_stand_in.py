@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import kamaji_kubelet_config
 import kamaji_render
 import konnectivity
 import yaml
@@ -256,7 +257,7 @@ def kubelet_config_map(tcp: dict[str, Any]) -> dict[str, Any]:
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {"name": "kubelet-config", "namespace": "kube-system"},
-        "data": {"kubelet": kamaji_render.kubelet_configuration_yaml(tcp)},
+        "data": {"kubelet": kamaji_kubelet_config.content(tcp)},
     }
 
 

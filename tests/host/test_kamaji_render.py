@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 
-import jsonpatch
 import kamaji_render as kr
 import pytest
 import yaml
@@ -289,68 +288,6 @@ def test_phases_in_the_order_kamaji_triggers_them():
     ]
     assert "kubeadm:cluster-admins" in phases[-1].kamaji
     assert "token" in phases[5].note
-
-
-def test_json_patch_add_replaces_and_replace_needs_the_key():
-    doc = {"a": 1, "list": [1, 2]}
-    patched = kr.apply_json_patch(
-        doc,
-        [
-            {"op": "add", "path": "/a", "value": 2},
-            {"op": "add", "path": "/b~1c", "value": {"x": 1}},
-            {"op": "add", "path": "/list/-", "value": 3},
-            {"op": "add", "path": "/list/0", "value": 0},
-            {"op": "remove", "path": "/list/1"},
-        ],
-    )
-    assert patched == {"a": 2, "b/c": {"x": 1}, "list": [0, 2, 3]}
-    assert doc == {"a": 1, "list": [1, 2]}
-    with pytest.raises(jsonpatch.JsonPatchConflict):
-        kr.apply_json_patch(doc, [{"op": "replace", "path": "/missing", "value": 1}])
-
-
-@pytest.mark.upstream("kamaji-kubelet-config-upload")
-def test_kubelet_configuration_is_kamajis_defaults_with_the_tcps_patches():
-    config = kr.kubelet_configuration(program_tcp())
-    assert config["apiVersion"] == "kubelet.config.k8s.io/v1beta1"
-    assert config["kind"] == "KubeletConfiguration"
-    # uploadconfig.go's own fields
-    assert config["authentication"]["x509"]["clientCAFile"] == "/etc/kubernetes/pki/ca.crt"
-    assert config["clusterDNS"] == ["10.96.0.10"]
-    assert config["clusterDomain"] == "cluster.local"
-    assert config["rotateCertificates"] is True
-    assert config["staticPodPath"] == "/etc/kubernetes/manifests"
-    assert "resolvConf" not in config
-    # the program's patches (builders/control_plane.py), applied over the defaults
-    assert config["cgroupDriver"] == "systemd"
-    assert config["cgroupRoot"] == "/kubelet"
-    assert config["failSwapOn"] is False
-    assert config["imageGCHighThresholdPercent"] == 100
-    assert config["evictionHard"] == {
-        "nodefs.available": "0%",
-        "nodefs.inodesFree": "0%",
-        "imagefs.available": "0%",
-    }
-    # defaults of the v1.36 library Kamaji links, whatever the tenant's version
-    assert config["failCgroupV1"] is True
-    assert config["imageGCLowThresholdPercent"] == 80
-    assert config["containerRuntimeEndpoint"] == "unix:///run/containerd/containerd.sock"
-    assert len(config) == 83  # as many keys as Kamaji printed for this TCP
-
-
-@pytest.mark.upstream("kamaji-kubelet-config-upload")
-def test_without_patches_the_driver_is_left_out_and_the_defaults_stay():
-    tcp = program_tcp(worker_mode="remote")
-    assert "cgroupRoot" not in kr.kubelet_configuration(tcp)
-    del tcp["spec"]["kubernetes"]["kubelet"]["configurationJSONPatches"]
-    plain = kr.kubelet_configuration(tcp)
-    assert "cgroupDriver" not in plain
-    assert plain["failSwapOn"] is True
-    assert plain["imageGCHighThresholdPercent"] == 85
-    assert "evictionHard" not in plain
-    tcp["spec"]["kubernetes"]["kubelet"]["cgroupfs"] = "cgroupfs"
-    assert kr.kubelet_configuration(tcp)["cgroupDriver"] == "cgroupfs"
-    assert yaml.safe_load(kr.kubelet_configuration_yaml(tcp)) == kr.kubelet_configuration(tcp)
 
 
 @pytest.mark.upstream("kamaji-soot-phases")

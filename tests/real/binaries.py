@@ -55,18 +55,27 @@ class BinarySet:
     ldflags: tuple[str, ...] = ()
     # Files copied from a module of the build graph into bin/: (module path, file in module).
     extra_files: tuple[tuple[str, str], ...] = ()
+    # Programs of this repo (repo-relative directories, each one main.go) built against the
+    # module's libraries, and modules held at an exact version (replace lines) where a program
+    # models another project's build of those libraries.
+    programs: tuple[str, ...] = ()
+    pins: tuple[tuple[str, str], ...] = ()
 
     def binary_name(self, package: str) -> str:
         # etcd's main package is its module root, go.etcd.io/etcd/server/v3: call that etcd.
-        last = package.rsplit("/", 1)[1]
+        last = package.rsplit("/", 1)[-1]
         return self.name if last.startswith("v") and last[1:].isdigit() else last
 
     @property
     def binaries(self) -> tuple[str, ...]:
-        return tuple(self.binary_name(package) for package in self.packages) + tuple(
-            Path(file).name for _, file in self.extra_files
+        return (
+            tuple(self.binary_name(package) for package in self.packages)
+            + tuple(Path(file).name for _, file in self.extra_files)
+            + tuple(Path(directory).name for directory in self.programs)
         )
 
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 K8S_VERSION = "v1.35.4"
 # k/k v1.35.4's go.mod requires go.etcd.io/etcd/server/v3 v3.6.5 (indirect, via the apiserver).
@@ -236,6 +245,13 @@ def wrapper_replaces(dependency_replaces: Iterable[dict], local_version: str) ->
     return lines
 
 
+def pinned_replaces(replaces: Sequence[str], pins: Iterable[tuple[str, str]]) -> list[str]:
+    """``replaces`` with each pinned module held at its version (any other replace of it gone)."""
+    pins = dict(pins)
+    kept = [line for line in replaces if line.split()[0] not in pins]
+    return kept + [f"{module} => {module} {version}" for module, version in pins.items()]
+
+
 def wrapper_go_mod(binary_set: BinarySet, go_directive: str, replaces: Sequence[str]) -> str:
     lines = [
         f"module {WRAPPER_MODULE_PREFIX}/{binary_set.name}",
@@ -254,8 +270,17 @@ def wrapper_tools_go(binary_set: BinarySet) -> str:
     return f"//go:build tools\n\npackage tools\n\nimport (\n{imports}\n)\n"
 
 
+def program_source(directory: str) -> str:
+    return (REPO_ROOT / directory / "main.go").read_text()
+
+
 def spec_digest(binary_set: BinarySet, go_version: str) -> str:
-    payload = json.dumps([dataclasses.asdict(binary_set), go_version], sort_keys=True)
+    spec: list = [dataclasses.asdict(binary_set), go_version]
+    if binary_set.programs or binary_set.pins:
+        spec.append([program_source(directory) for directory in binary_set.programs])
+    else:  # the digest of a set without either stays what it was before they existed
+        del spec[0]["programs"], spec[0]["pins"]
+    payload = json.dumps(spec, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
@@ -280,8 +305,12 @@ def write_wrapper(binary_set: BinarySet, src: Path, env: dict[str, str]) -> None
     src.mkdir(parents=True, exist_ok=True)
     go_mod = _dependency_go_mod(binary_set, src, env)
     replaces = wrapper_replaces(go_mod.get("Replace") or [], binary_set.local_replace_version)
+    replaces = pinned_replaces(replaces, binary_set.pins)
     (src / "go.mod").write_text(wrapper_go_mod(binary_set, go_mod["Go"], replaces))
     (src / "tools.go").write_text(wrapper_tools_go(binary_set))
+    for directory in binary_set.programs:
+        (src / Path(directory).name).mkdir(exist_ok=True)
+        (src / Path(directory).name / "main.go").write_text(program_source(directory))
     _log(f"{binary_set.name}: resolving the module graph (go mod tidy)")
     _run(["go", "mod", "tidy"], src, env)
 
@@ -323,7 +352,8 @@ def build_set(binary_set: BinarySet, root: Path, env: dict[str, str], go_version
     _log(f"{binary_set.name}: building {binary_set.module}@{binary_set.version}")
     write_wrapper(binary_set, src, env)
     bin_dir.mkdir(parents=True, exist_ok=True)
-    for package in binary_set.packages:
+    own = [f"./{Path(directory).name}" for directory in binary_set.programs]
+    for package in (*binary_set.packages, *own):
         output = bin_dir / binary_set.binary_name(package)
         args = ["go", "build", "-v", "-trimpath", "-o", str(output)]
         args += ["-ldflags", " ".join(["-s", "-w", *binary_set.ldflags]), package]

@@ -50,6 +50,28 @@ def test_local_replaces_become_the_published_release_and_module_replaces_are_cop
     ]
 
 
+def test_a_pin_replaces_whatever_else_the_dependency_replaces_the_module_with():
+    replaces = [
+        "k8s.io/api => k8s.io/api v0.36.1",
+        "k8s.io/apimachinery => k8s.io/apimachinery v0.36.1",
+    ]
+    assert binaries.pinned_replaces(replaces, [("k8s.io/apimachinery", "v0.36.3")]) == [
+        "k8s.io/api => k8s.io/api v0.36.1",
+        "k8s.io/apimachinery => k8s.io/apimachinery v0.36.3",
+    ]
+
+
+def test_a_sets_own_program_is_rebuilt_when_its_source_changes(tmp_path, monkeypatch):
+    (tmp_path / "tool").mkdir()
+    (tmp_path / "tool" / "main.go").write_text("package main\n\nfunc main() {}\n")
+    monkeypatch.setattr(binaries, "REPO_ROOT", tmp_path)
+    tool = binaries.BinarySet("tool", "example.com/m", "v1.0.0", (), "v1.0.0", programs=("tool",))
+    assert tool.binaries == ("tool",)
+    before = binaries.spec_digest(tool, "go1.26.8")
+    (tmp_path / "tool" / "main.go").write_text("package main\n\nfunc main() { println() }\n")
+    assert binaries.spec_digest(tool, "go1.26.8") != before
+
+
 def test_the_wrapper_go_mod_requires_the_module_and_replaces():
     kubernetes = next(s for s in BINARY_SETS if s.name == "kubernetes")
     assert wrapper_go_mod(kubernetes, "1.25.0", ["k8s.io/api => k8s.io/api v0.35.4"]) == (
