@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 from typing import Any
 
-from builders import admission_policy
+from builders import admission_policy, hami_dra
 from builders.kamaji import DATASTORE
 from labconfig.model import TenantConfig
 from planning.footprint import CONTROL_PLANE_RESOURCES, KONNECTIVITY_SERVER_RESOURCES
@@ -38,9 +38,12 @@ KUBELET_PATCHES: list[dict[str, Any]] = [
 
 
 def kubelet_patches(tenant: TenantConfig) -> list[dict[str, Any]]:
+    patches = list(KUBELET_PATCHES)
     if tenant.worker_mode == "container":
-        return [*KUBELET_PATCHES, KIND_NODE_CGROUP_ROOT_PATCH]
-    return list(KUBELET_PATCHES)
+        patches.append(KIND_NODE_CGROUP_ROOT_PATCH)
+    if gates := hami_dra.feature_gates(tenant):
+        patches.append({"op": "add", "path": "/featureGates", "value": gates})
+    return patches
 
 
 # The agent must run before the CNI makes nodes Ready: it is how the API server reaches them.
@@ -65,7 +68,7 @@ def apiserver_extra_args(tenant: TenantConfig) -> list[str]:
     its version. Kamaji appends them verbatim after its sorted flags, dropping only the flags
     it manages (internal/builders/controlplane/deployment.go:753-824 at the pinned commit)."""
     args = []
-    if gates := admission_policy.feature_gates(tenant):
+    if gates := {**admission_policy.feature_gates(tenant), **hami_dra.feature_gates(tenant)}:
         args.append(f"--feature-gates={_flag_list(gates)}")
     if apis := admission_policy.runtime_config(tenant):
         args.append(f"--runtime-config={_flag_list(apis)}")
@@ -76,11 +79,12 @@ def _deployment(tenant: TenantConfig) -> dict[str, Any]:
     # Always set, even empty: Kamaji resets the API server's flags when the extras change only
     # while extraArgs is set (deployment.go:1182-1208), so a flag the program stops passing
     # (a tenant moved to v1.36) would otherwise stay on the container.
-    return {
-        "replicas": 1,
-        "resources": CONTROL_PLANE_RESOURCES,
-        "extraArgs": {"apiServer": apiserver_extra_args(tenant)},
-    }
+    extra_args: dict[str, list[str]] = {"apiServer": apiserver_extra_args(tenant)}
+    if gates := hami_dra.feature_gates(tenant):
+        # The scheduler allocates the shares and the controller manager makes the claims.
+        flag = f"--feature-gates={_flag_list(gates)}"
+        extra_args |= {"scheduler": [flag], "controllerManager": [flag]}
+    return {"replicas": 1, "resources": CONTROL_PLANE_RESOURCES, "extraArgs": extra_args}
 
 
 def tenant_control_plane_manifest(tenant: TenantConfig, address: str) -> dict[str, Any]:

@@ -40,6 +40,7 @@ def labcheck_spec(
                 "port": API_PORT,
                 "nodes": t.worker_names,
                 "gpuMode": t.gpu_mode,
+                "gpuSharing": t.gpu_sharing,
                 "gpus": {
                     node: [
                         {**card, "count": card.get("count", cfg.hami_split_count)} for card in cards

@@ -1,7 +1,8 @@
 """Wires the components into one dependency graph:
 
 preflight -> network -> kind -> MetalLB + (cert-manager -> Kamaji) -> per tenant, in parallel:
-control plane -> workers -> flannel -> [GPU nodes] -> HAMi -> [simulated-GPU agent] -> validation.
+control plane -> workers -> flannel -> [GPU nodes] -> HAMi -> [simulated-GPU agent] -> validation,
+or in a DRA tenant: control plane -> workers -> flannel -> cert-manager -> HAMi-DRA -> validation.
 
 Stack config picks each part: kind or an existing management cluster, container or remote
 workers, simulated, nvml-mock or real GPUs. The rest of the graph is the same in every stack.
@@ -33,6 +34,7 @@ from components.tenant.cni import Flannel, FlannelArgs
 from components.tenant.control_plane import Tenant, TenantArgs
 from components.tenant.gpu_nodes import GpuNodes, GpuNodesArgs
 from components.tenant.hami import Hami, HamiArgs
+from components.tenant.hami_dra import HamiDra, HamiDraArgs
 from components.tenant.remote_workers import RemoteWorkerPool, RemoteWorkerPoolArgs
 from components.tenant.simulated_gpus import SimulatedGpus, SimulatedGpusArgs
 from components.tenant.workers import WorkerPool, WorkerPoolArgs
@@ -52,7 +54,7 @@ class TenantParts:
     control_plane: Tenant
     workers: Workers
     cni: Flannel
-    hami: Hami
+    hami: Hami | HamiDra  # HAMi, or HAMi-DRA in a tenant whose gpuSharing is dra
     gpu_nodes: GpuNodes | None
     gpus: SimulatedGpus | None
     inventory: dict[str, list[dict[str, Any]]]
@@ -162,6 +164,22 @@ def build_tenant(
             ),
             child,
         )
+    inventory = node_inventory(tenant.cards, tenant.worker_names) if tenant.gpus else {}
+    if tenant.gpu_sharing == "dra":
+        # One mode per cluster, as HAMi asks: no HAMi and no simulated-GPU agent here.
+        dra = HamiDra(
+            f"{tenant.name}-hami-dra",
+            HamiDraArgs(
+                tenant=tenant,
+                chart_version=cfg.hami_dra_chart_version,
+                fake_driver_image=cfg.hami_dra_fake_driver_image,
+                cert_manager_version=cfg.cert_manager_version,
+                provider=control_plane.provider,
+                depends_on=[cni],
+            ),
+            child,
+        )
+        return TenantParts(control_plane, workers, cni, dra, None, None, inventory)
     hami = Hami(
         f"{tenant.name}-hami",
         HamiArgs(
@@ -187,7 +205,6 @@ def build_tenant(
             ),
             child,
         )
-    inventory = node_inventory(tenant.cards, tenant.worker_names) if tenant.gpus else {}
     return TenantParts(control_plane, workers, cni, hami, gpu_nodes, gpus, inventory)
 
 

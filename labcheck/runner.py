@@ -27,6 +27,8 @@ class Check:
     fn: CheckFn
     per_tenant: bool = True
     requires: tuple[str, ...] = ()
+    # The tenants' GPU sharing modes it checks: HAMi's own checks say nothing of a DRA tenant.
+    sharing: tuple[str, ...] = ("hami", "dra")
 
 
 class Interrupted(BaseException):
@@ -161,7 +163,11 @@ def run_checks(
                 reporter.start(check, tname)
                 t0 = ctx.clock.now()
                 blocked = _blocked_by(check, tname, done, by_id, tenant_names)
-                if blocked:
+                if tenant and tenant.gpu_sharing not in check.sharing:
+                    status = Status.SKIP
+                    info = {"evidence": f"a check of {' or '.join(check.sharing)}: "
+                            f"this tenant's gpuSharing is {tenant.gpu_sharing}"}  # fmt: skip
+                elif blocked:
                     status, info = Status.SKIP, {"evidence": f"blocked: {blocked}"}
                 else:
                     try:

@@ -25,6 +25,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 GpuMode = Literal["simulated", "nvml-mock", "real"]
+GpuSharing = Literal["hami", "dra"]
 NodePolicy = Literal["binpack", "spread"]
 GpuPolicy = Literal["binpack", "spread", "topology-aware", "mutex"]
 
@@ -110,6 +111,8 @@ class Tenant(_Model):
     port: int = Field(gt=0, lt=65536)
     nodes: list[str] = Field(min_length=1)
     gpu_mode: GpuMode
+    # hami: HAMi shares the cards; dra: Kubernetes DRA with HAMi-DRA (HAMi's checks do not apply)
+    gpu_sharing: GpuSharing = "hami"
     gpus: dict[str, list[Card]] = Field(default_factory=dict)
     scheduler_policy: SchedulerPolicy = Field(default_factory=SchedulerPolicy)
     quota: Quota | None = None

@@ -140,6 +140,9 @@ class ProxyConfig(_Model):
 
 
 GpuMode = Literal["simulated", "nvml-mock", "real"]
+# hami: HAMi's scheduler extender, webhook and device plugin; dra: Kubernetes Dynamic Resource
+# Allocation with HAMi-DRA's webhook and fake kubelet plugin (simulated cards only).
+GpuSharing = Literal["hami", "dra"]
 
 
 class TenantConfig(_Model):
@@ -152,6 +155,7 @@ class TenantConfig(_Model):
     # simulated: mock device plugin + gpu_agent; nvml-mock: HAMi's real device plugin on
     # NVIDIA's fake NVML; real: HAMi's device plugin on real cards.
     gpu_mode: GpuMode = "simulated"
+    gpu_sharing: GpuSharing = "hami"
     gpus: tuple[GpuSpec, ...] = ()
     pod_cidr: str = "10.244.0.0/16"
     service_cidr: str = "10.96.0.0/16"
@@ -218,6 +222,8 @@ class LabConfig(_Model):
     hami_chart_version: str = "2.10.0"
     hami_split_count: int = Field(default=10, ge=1, le=100)
     hami_node_lock_timeout: str = "5m"
+    hami_dra_chart_version: str = "0.2.11"
+    hami_dra_fake_driver_image: str = "ghcr.io/project-hami/hami-dra-fake-driver:latest"
     gpu_agent_image: str = GPU_AGENT_IMAGE
     nvml_mock_chart_version: str = "0.3.0"
     nvml_mock_image: str = "ghcr.io/nvidia/nvml-mock:0.3.0"

@@ -63,6 +63,7 @@ def _check_tenants(cfg: LabConfig) -> None:
             )
         _check_workers(cfg, tenant, key)
         _check_gpu_mode(tenant, key)
+        _check_gpu_sharing(tenant, key)
 
 
 def _check_workers(cfg: LabConfig, tenant: TenantConfig, key: str) -> None:
@@ -117,10 +118,41 @@ def _check_gpu_mode(tenant: TenantConfig, key: str) -> None:
             f"{key}.gpuMode",
             "real GPUs need workerMode remote (GPU hosts over SSH): container workers have no GPU",
         )
-    if tenant.gpu_mode == "simulated":
+    if tenant.gpu_mode == "simulated" and tenant.gpu_sharing == "hami":
         _check_simulated_memory(tenant, key)
     if tenant.gpu_mode == "nvml-mock":
         _check_nvml_mock(tenant, key)
+
+
+# HAMi-DRA asks for Kubernetes >= 1.34 with DRAConsumableCapacity (its README); the program
+# turns the gate on where it is alpha (builders/dra.py).
+MIN_DRA_MINOR = 34
+# HAMi's own settings, which mean nothing where DRA allocates the cards.
+HAMI_ONLY = {"scheduler_policy": "schedulerPolicy", "gpu_quota_mb": "gpuQuotaMb"}
+
+
+def _check_gpu_sharing(tenant: TenantConfig, key: str) -> None:
+    if tenant.gpu_sharing != "dra":
+        return
+    if tenant.gpu_mode != "simulated":
+        raise ConfigError(
+            f"{key}.gpuMode",
+            "gpuSharing dra runs HAMi-DRA's fake kubelet plugin: simulated cards only",
+        )
+    if not tenant.gpus:
+        raise ConfigError(f"{key}.gpus", "gpuSharing dra needs the cards its plugin publishes")
+    if kubernetes_minor(tenant.kubernetes_version) < (1, MIN_DRA_MINOR):
+        raise ConfigError(
+            f"{key}.kubernetesVersion",
+            f"gpuSharing dra needs v1.{MIN_DRA_MINOR} or newer (consumable device capacity), "
+            f"got {tenant.kubernetes_version}",
+        )
+    hami_only = sorted(tenant.model_fields_set & HAMI_ONLY.keys())
+    if hami_only:
+        raise ConfigError(
+            f"{key}.{HAMI_ONLY[hami_only[0]]}",
+            "is HAMi's setting: with gpuSharing dra the Kubernetes scheduler allocates the cards",
+        )
 
 
 def _check_simulated_memory(tenant: TenantConfig, key: str) -> None:

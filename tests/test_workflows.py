@@ -377,15 +377,16 @@ def test_the_gpu_stack_gets_the_two_secrets_its_file_tells_the_user_to_set(tmp_p
     assert all(args[:4] == ["config", "set", "--secret", "--stack"] for args, _ in commands[1:])
 
 
-def test_the_nvml_stack_reads_a_lab_state_with_the_management_kubeconfig(tmp_path):
-    commands = PREVIEW.stand_ins("nvml", FAKE_KUBECONFIG, tmp_path)
+@pytest.mark.parametrize("stack", ["nvml", "dra"])
+def test_a_stack_on_the_lab_reads_a_lab_state_with_the_management_kubeconfig(stack, tmp_path):
+    commands = PREVIEW.stand_ins(stack, FAKE_KUBECONFIG, tmp_path)
     assert [args for args, _ in commands] == [
         ["stack", "select", "--create", "lab"],
         ["stack", "import", "--stack", "lab", "--file", str(tmp_path / "lab-state.json")],
-        ["stack", "select", "--create", "nvml"],
+        ["stack", "select", "--create", stack],
     ]
-    nvml = yaml.safe_load((PROJECT_DIR / "Pulumi.nvml.yaml").read_text())["config"]
-    assert nvml["kamaji-hami-lab:managementStack"] == "organization/kamaji-hami-lab/lab"
+    config = yaml.safe_load((PROJECT_DIR / f"Pulumi.{stack}.yaml").read_text())["config"]
+    assert config["kamaji-hami-lab:managementStack"] == "organization/kamaji-hami-lab/lab"
     (resource,) = json.loads((tmp_path / "lab-state.json").read_text())["deployment"]["resources"]
     assert (
         resource["urn"]

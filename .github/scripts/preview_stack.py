@@ -9,8 +9,8 @@ need what a user would have set get stand-ins, as the real tier gives them
 (tests/real/pulumi_workspace.py):
 
 - gpu: its two secrets, set with `pulumi config set --secret` as Pulumi.gpu.yaml says;
-- nvml: a `lab` stack whose state holds the `managementKubeconfig` output it reads through its
-  StackReference (Pulumi.nvml.yaml: "bring up `lab` first").
+- nvml and dra: a `lab` stack whose state holds the `managementKubeconfig` output they read
+  through their StackReference (Pulumi.nvml.yaml, Pulumi.dra.yaml: "bring up `lab` first").
 
 The stand-in kubeconfig points at a closed loopback port: the Kubernetes provider then previews
 against an unreachable cluster, as before a first `make up`. The exit code is the preview's.
@@ -27,7 +27,8 @@ from pathlib import Path
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 PROJECT = "kamaji-hami-lab"
-STACKS = ("lab", "nvml", "gpu")
+STACKS = ("lab", "nvml", "gpu", "dra")
+ON_THE_LAB = ("nvml", "dra")  # the stacks whose tenants run on the lab stack's platform
 # What one step may add to $GITHUB_STEP_SUMMARY is 1 MiB: the rest stays in the log.
 SUMMARY_LIMIT = 900_000
 FENCE = "````"
@@ -62,7 +63,7 @@ def lab_state(kubeconfig: str) -> dict:
 def stand_ins(stack: str, kubeconfig: str, workdir: Path) -> list[tuple[list[str], str | None]]:
     """The pulumi commands (arguments, standard input) that make `stack` previewable."""
     commands: list[tuple[list[str], str | None]] = []
-    if stack == "nvml":
+    if stack in ON_THE_LAB:
         state = workdir / "lab-state.json"
         state.write_text(json.dumps(lab_state(kubeconfig)))
         commands += [

@@ -39,6 +39,9 @@ class KamajiArgs:
     charts_dir: Path
 
 
+CERT_MANAGER_REPO = "https://charts.jetstack.io"
+
+
 class Kamaji(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: KamajiArgs, opts: pulumi.ResourceOptions | None = None
@@ -49,7 +52,7 @@ class Kamaji(pulumi.ComponentResource):
         self.cert_manager = pinned_release(
             f"{name}-cert-manager",
             chart="cert-manager",
-            repo="https://charts.jetstack.io",
+            repo=CERT_MANAGER_REPO,
             version=args.cert_manager_version,
             namespace="cert-manager",
             values=cert_manager_values(),

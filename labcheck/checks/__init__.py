@@ -8,6 +8,7 @@ from . import extender, gpu, isolation, konnectivity, management, tenant
 
 API = ("tenant.api",)
 GPU = ("tenant.api", "nodes.joined", "hami.webhook")
+HAMI = ("hami",)  # HAMi's webhook, scheduler, annotations and quota: not a DRA tenant's
 
 ALL_CHECKS: tuple[Check, ...] = (
     Check(
@@ -77,6 +78,7 @@ ALL_CHECKS: tuple[Check, ...] = (
         "GPU pods wait for HAMi's node lock",
         gpu.lock_wait,
         requires=API,
+        sharing=HAMI,
     ),
     # Read only, before the GPU pods: whether kube-scheduler outwaits a Bind held on a node lock.
     Check(
@@ -84,33 +86,40 @@ ALL_CHECKS: tuple[Check, ...] = (
         "Extender httpTimeout outlasts the node-lock retry",
         extender.extender_timeout,
         requires=API,
+        sharing=HAMI,
     ),
     Check(
         "hami.webhook",
         "GPU pod gets schedulerName hami-scheduler",
         gpu.webhook,
         requires=("nodes.joined",),
+        sharing=HAMI,
     ),
     Check(
         "gpu.inventory",
         "Node allocatable and registered cards match inventory",
         gpu.inventory,
         requires=API,
+        sharing=HAMI,
     ),
-    Check("gpu.sharing", "Fractional slices share one card", gpu.sharing, requires=GPU),
-    Check("gpu.policy", "Placement follows binpack/spread", gpu.policy, requires=GPU),
+    Check(
+        "gpu.sharing", "Fractional slices share one card", gpu.sharing, requires=GPU, sharing=HAMI
+    ),
+    Check("gpu.policy", "Placement follows binpack/spread", gpu.policy, requires=GPU, sharing=HAMI),
     Check(
         "gpu.oversubscription",
         "Over-asking pod stays Pending with HAMi's reason",
         gpu.oversubscription,
         requires=GPU,
+        sharing=HAMI,
     ),
-    Check("gpu.quota", "GPU memory ResourceQuota enforced", gpu.quota, requires=GPU),
+    Check("gpu.quota", "GPU memory ResourceQuota enforced", gpu.quota, requires=GPU, sharing=HAMI),
     Check(
         "gpu.node-lock",
         "Back-to-back GPU pods bind; node lock released",
         gpu.node_lock,
         requires=GPU,
+        sharing=HAMI,
     ),
     Check(
         "isolation.cross-tenant",
@@ -130,12 +139,14 @@ ALL_CHECKS: tuple[Check, ...] = (
         "GPU pods stay on the tenant's own nodes",
         isolation.gpu_placement,
         requires=API,
+        sharing=HAMI,
     ),
     Check(
         "gpu.memory-limit",
         "nvidia-smi in a pod reports the slice (real GPUs)",
         gpu.memory_limit,
         requires=GPU,
+        sharing=HAMI,
     ),
     # Last, after every GPU check and before cleanup; creates nothing.
     Check(
@@ -143,5 +154,6 @@ ALL_CHECKS: tuple[Check, ...] = (
         "What HAMi holds on every card (picture)",
         gpu.placement,
         requires=API,
+        sharing=HAMI,
     ),
 )

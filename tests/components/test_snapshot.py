@@ -36,6 +36,7 @@ STACKS = {
     "lab": stack_config("lab"),
     "gpu": {**stack_config("gpu"), **GPU_SECRETS},
     "nvml": stack_config("nvml"),
+    "dra": stack_config("dra"),
 }
 
 

@@ -175,3 +175,33 @@ def test_wait_for_is_bounded_and_uses_the_clock():
         return ("done" if len(calls) == 3 else None), "n"
 
     assert wait_for(probe, what="y", timeout=10, clock=FakeClock(), interval=1) == "done"
+
+
+def test_a_check_of_hamis_sharing_is_skipped_for_a_dra_tenant_and_says_why():
+    lab = standard_lab()
+    for tenant in lab.spec["tenants"]:
+        if tenant["name"] == "tenant-b":
+            tenant["gpuSharing"] = "dra"
+    _, ctx = make_ctx(lab)
+    ran = []
+    checks = [
+        Check("any", "Any", lambda ctx, t: ran.append(("any", t.name)) or "ok"),
+        Check(
+            "hami.x", "X", lambda ctx, t: ran.append(("hami.x", t.name)) or "ok", sharing=("hami",)
+        ),
+    ]
+    r = by_key(run_checks(ctx, checks, ListReporter()))
+    assert ran == [("any", "tenant-a"), ("any", "tenant-b"), ("hami.x", "tenant-a")]
+    assert r[("hami.x", "tenant-a")].status is Status.PASS
+    skipped = r[("hami.x", "tenant-b")]
+    assert skipped.status is Status.SKIP
+    assert skipped.evidence == "a check of hami: this tenant's gpuSharing is dra"
+
+
+def test_every_check_of_hamis_own_objects_is_marked_as_one():
+    from labcheck.checks import ALL_CHECKS
+
+    hami_only = {c.id for c in ALL_CHECKS if c.sharing == ("hami",)}
+    assert {c.id for c in ALL_CHECKS if c.id.startswith(("hami.", "gpu."))} <= hami_only
+    assert "isolation.gpu-placement" in hami_only
+    assert {"tenant.api", "nodes.joined", "konnectivity.exec"}.isdisjoint(hami_only)

@@ -7,6 +7,7 @@ deleting or loosening a rule in labconfig/model.py or labconfig/addresses.py fai
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pulumi
@@ -16,6 +17,8 @@ from labconfig.addresses import plan_network
 from labconfig.model import MAX_CARDS_PER_WORKER, ConfigError
 from labconfig.parse import parse_config
 from labconfig.stack import raw_stack_config
+
+PINNED_133 = "kindest/node:v1.33.0@sha256:" + "a" * 64  # a digest of the right shape
 
 SSH = {"sshPrivateKey": "-----BEGIN OPENSSH PRIVATE KEY-----\nx\n"}
 DIGEST = "sha256:" + "0123456789abcdef" * 4
@@ -590,3 +593,36 @@ def test_a_duplicate_tenant_names_the_first_one_too():
     with pytest.raises(ConfigError) as info:
         parse_config({"tenants": [{"name": "b"}, {"name": "a"}, {"name": "a"}]})
     assert str(info.value) == "tenants[2].name: duplicate tenant name 'a' (also tenants[1])"
+
+
+@pytest.mark.parametrize(
+    ("tenant", "key", "message"),
+    [
+        (
+            {"gpuMode": "nvml-mock", "gpus": [{"model": "A100-40GB"}]},
+            "tenants[0].gpuMode",
+            "simulated cards only",
+        ),
+        ({"gpus": []}, "tenants[0].gpus", "needs the cards its plugin publishes"),
+        (
+            {"kubernetesVersion": "v1.33.0", "workerImage": PINNED_133},
+            "tenants[0].kubernetesVersion",
+            "needs v1.34 or newer",
+        ),
+        ({"gpuQuotaMb": 1024}, "tenants[0].gpuQuotaMb", "HAMi's setting"),
+        ({"schedulerPolicy": {"node": "spread"}}, "tenants[0].schedulerPolicy", "HAMi's setting"),
+    ],
+)
+def test_a_dra_tenant_refuses_what_it_cannot_do(tenant, key, message):
+    base = {"name": "tenant-dra", "gpuSharing": "dra", "gpus": [{"model": "L4"}]}
+    with pytest.raises(ConfigError, match=re.escape(message)) as error:
+        parse_config({"tenants": [{**base, **tenant}]})
+    assert error.value.key == key
+
+
+def test_a_dra_tenant_is_not_held_to_the_mock_device_plugins_memory_cap():
+    cards = [{"model": "A100-80GB", "count": 16}]
+    with pytest.raises(ConfigError, match="mock device plugin"):
+        parse_config({"tenants": [{"name": "t", "gpus": cards}]})
+    cfg = parse_config({"tenants": [{"name": "t", "gpuSharing": "dra", "gpus": cards}]})
+    assert len(cfg.tenants[0].cards) == 16

@@ -60,6 +60,8 @@ class BinarySet:
     # models another project's build of those libraries.
     programs: tuple[str, ...] = ()
     pins: tuple[tuple[str, str], ...] = ()
+    # Under bin/: a second version of programs another set already builds (bin/v1.36.3/...).
+    bin_subdir: str = ""
 
     def binary_name(self, package: str) -> str:
         # etcd's main package is its module root, go.etcd.io/etcd/server/v3: call that etcd.
@@ -78,6 +80,8 @@ class BinarySet:
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 K8S_VERSION = "v1.35.4"
+# The newest minor, for what only it has on by default (DRA's consumable capacity).
+K8S_NEXT_VERSION = "v1.36.3"
 # k/k v1.35.4's go.mod requires go.etcd.io/etcd/server/v3 v3.6.5 (indirect, via the apiserver).
 ETCD_VERSION = "v3.6.5"
 KWOK_VERSION = "v0.8.0"
@@ -158,6 +162,18 @@ BINARY_SETS: tuple[BinarySet, ...] = (
         local_replace_version="v0." + K8S_VERSION.split(".", 1)[1],
         ldflags=_k8s_ldflags(K8S_VERSION),
     ),
+    BinarySet(
+        name="kubernetes-next",
+        module="k8s.io/kubernetes",
+        version=K8S_NEXT_VERSION,
+        packages=tuple(
+            f"k8s.io/kubernetes/cmd/{cmd}"
+            for cmd in ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
+        ),
+        local_replace_version="v0." + K8S_NEXT_VERSION.split(".", 1)[1],
+        ldflags=_k8s_ldflags(K8S_NEXT_VERSION),
+        bin_subdir=K8S_NEXT_VERSION,
+    ),
     # Lints .github/workflows (test_workflows_lint.py); what its releases stamp as the version.
     BinarySet(
         name="actionlint",
@@ -175,9 +191,11 @@ def cache_root(environ: os._Environ[str] | dict[str, str] = os.environ) -> Path:
     return Path(base) / "kamaji-hami-lab" / "real"
 
 
-def bin_path(name: str) -> Path:
-    """Where the built program ``name`` lives (tests/real's fixtures run it from there)."""
-    return cache_root() / "bin" / name
+def bin_path(name: str, version: str = "") -> Path:
+    """Where the built program ``name`` lives (tests/real's fixtures run it from there); a
+    ``version`` other than the default set's: that version's build."""
+    subdir = "" if version in ("", K8S_VERSION) else version
+    return cache_root() / "bin" / subdir / name
 
 
 def module_dir(set_name: str, module: str) -> Path:
@@ -280,6 +298,8 @@ def spec_digest(binary_set: BinarySet, go_version: str) -> str:
         spec.append([program_source(directory) for directory in binary_set.programs])
     else:  # the digest of a set without either stays what it was before they existed
         del spec[0]["programs"], spec[0]["pins"]
+    if not binary_set.bin_subdir:
+        del spec[0]["bin_subdir"]
     payload = json.dumps(spec, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()
 
@@ -341,7 +361,7 @@ def _stream_build(args: Sequence[str], cwd: Path, env: dict[str, str], name: str
 
 
 def build_set(binary_set: BinarySet, root: Path, env: dict[str, str], go_version: str) -> None:
-    bin_dir, src = root / "bin", root / "src" / binary_set.name
+    bin_dir, src = root / "bin" / binary_set.bin_subdir, root / "src" / binary_set.name
     stamp = root / "stamps" / binary_set.name
     digest = spec_digest(binary_set, go_version)
     present = all((bin_dir / name).exists() for name in binary_set.binaries)

@@ -2,8 +2,9 @@
 
 - ``control_plane``: one full plane (etcd, API server, controller manager, scheduler, kwok),
   shared by the session. Tests that change cluster-wide state should start their own.
-- ``start_control_plane(name, users=..., full=...)``: a new plane; every plane started this way is
-  stopped at the end of the session, also when a test fails or pytest is interrupted.
+- ``start_control_plane(name, users=..., full=..., kubernetes=...)``: a new plane; every plane
+  started this way is stopped at the end of the session, also when a test fails or pytest is
+  interrupted.
 
 See controlplane.py for the ``ControlPlane`` API (server, ca_path, admin_token, token(user),
 add_token_user, kubectl, kubeconfig, create_fake_node, restart_apiserver, audit_log).
@@ -14,7 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import pytest
-from controlplane import TENANT_APISERVER_ARGS, ControlPlane
+from binaries import K8S_VERSION
+from controlplane import ControlPlane
 
 StartControlPlane = Callable[..., ControlPlane]
 
@@ -28,7 +30,9 @@ def start_control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[St
         *,
         users: Mapping[str, Sequence[str]] | None = None,
         full: bool = True,
-        tenant_args: Sequence[str] = TENANT_APISERVER_ARGS,
+        tenant_args: Sequence[str] | None = None,
+        kubernetes: str = K8S_VERSION,
+        component_args: Mapping[str, Sequence[str]] | None = None,
     ) -> ControlPlane:
         plane = ControlPlane.start(
             tmp_path_factory.mktemp(f"plane-{name}"),
@@ -36,6 +40,8 @@ def start_control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[St
             users=users,
             full=full,
             tenant_args=tenant_args,
+            kubernetes=kubernetes,
+            component_args=component_args,
         )
         planes.append(plane)
         return plane

@@ -60,11 +60,15 @@ from builders.control_plane import apiserver_extra_args
 from labconfig.model import TenantConfig
 
 SERVICE_CIDR = "10.0.0.0/24"
+
+
 # Every plane stands for a tenant's API server of the binaries' version, so it runs with the
 # flags the program gives such a tenant through Kamaji's extraArgs (builders/control_plane.py).
-TENANT_APISERVER_ARGS = apiserver_extra_args(
-    TenantConfig(name="plane", kubernetes_version=K8S_VERSION)
-)
+def tenant_apiserver_args(kubernetes: str = K8S_VERSION) -> list[str]:
+    return apiserver_extra_args(TenantConfig(name="plane", kubernetes_version=kubernetes))
+
+
+TENANT_APISERVER_ARGS = tenant_apiserver_args()
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 FAKE_NODE_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
 COMPONENT_USERS = {
@@ -316,11 +320,11 @@ def _insecure_context() -> ssl.SSLContext:
 # --- the control plane -------------------------------------------------------------------------
 
 
-def _require_binaries(names: Iterable[str]) -> None:
-    missing = [name for name in names if not bin_path(name).exists()]
+def _require_binaries(paths: Iterable[Path]) -> None:
+    missing = [str(path) for path in paths if not path.exists()]
     if missing:
         raise ControlPlaneError(
-            f"not built: {', '.join(missing)} (in {bin_path('')}); "
+            f"not built: {', '.join(missing)}; "
             "run `make test-real` or `.venv/bin/python tests/real/binaries.py`"
         )
 
@@ -337,6 +341,10 @@ class ControlPlane:
     processes: dict[str, Process]
     audit_log: Path
     tenant_args: tuple[str, ...] = tuple(TENANT_APISERVER_ARGS)
+    # The control plane programs' version (kubectl, etcd and kwok are the default set's), and
+    # what the program gives the controller manager and scheduler through Kamaji's extraArgs.
+    kubernetes: str = K8S_VERSION
+    component_args: Mapping[str, Sequence[str]] = dataclasses.field(default_factory=dict)
     etcd_url: str = ""
     etcd_data: Path | None = None  # on tmpfs; removed by stop()
 
@@ -363,18 +371,24 @@ class ControlPlane:
         name: str = "plane",
         users: Mapping[str, Sequence[str]] | None = None,
         full: bool = True,
-        tenant_args: Sequence[str] = TENANT_APISERVER_ARGS,
+        tenant_args: Sequence[str] | None = None,
+        kubernetes: str = K8S_VERSION,
+        component_args: Mapping[str, Sequence[str]] | None = None,
     ) -> ControlPlane:
         """Start etcd and the API server; with ``full``, also controller manager, scheduler, kwok.
 
         ``users``: extra token users, name -> groups. A plane started with ``full=False`` only
         serves the API (enough for dry-runs and RBAC checks) and starts in about 3 s.
-        ``tenant_args``: the flags the program gives a tenant's API server (the default), or
-        others to show what they change.
+        ``tenant_args``: the flags the program gives a tenant's API server of ``kubernetes``
+        (the default), or others to show what they change. ``kubernetes``: another built
+        version of the control plane programs (binaries.K8S_NEXT_VERSION).
         """
+        control = ["kube-apiserver"] + (
+            ["kube-controller-manager", "kube-scheduler"] if full else []
+        )
+        shared = ["etcd", "kubectl", *(["kwok"] if full else [])]
         _require_binaries(
-            ["etcd", "kube-apiserver", "kubectl"]
-            + (["kube-controller-manager", "kube-scheduler", "kwok"] if full else [])
+            [bin_path(name, kubernetes) for name in control] + [bin_path(name) for name in shared]
         )
         workdir.mkdir(parents=True, exist_ok=True)
         tokens = {
@@ -390,7 +404,11 @@ class ControlPlane:
             tokens=tokens,
             processes={},
             audit_log=workdir / "audit.log",
-            tenant_args=tuple(tenant_args),
+            tenant_args=tuple(
+                tenant_apiserver_args(kubernetes) if tenant_args is None else tenant_args
+            ),
+            kubernetes=kubernetes,
+            component_args=dict(component_args or {}),
         )
         try:
             plane._start_etcd()
@@ -446,7 +464,7 @@ class ControlPlane:
         audit_policy = self.workdir / "audit-policy.yaml"
         audit_policy.write_text(yaml.safe_dump(AUDIT_POLICY))
         return [
-            str(bin_path("kube-apiserver")),
+            str(bin_path("kube-apiserver", self.kubernetes)),
             "--bind-address=127.0.0.1",
             "--advertise-address=127.0.0.1",
             f"--secure-port={port}",
@@ -503,7 +521,7 @@ class ControlPlane:
         process = self._launch(
             name,
             [
-                str(bin_path(name)),
+                str(bin_path(name, self.kubernetes)),
                 f"--kubeconfig={self.kubeconfig(user)}",
                 f"--authentication-kubeconfig={self.kubeconfig(user)}",
                 f"--authorization-kubeconfig={self.kubeconfig(user)}",
@@ -512,6 +530,7 @@ class ControlPlane:
                 f"--cert-dir={self.workdir / f'{name}-certs'}",
                 "--leader-elect=false",
                 *extra,
+                *self.component_args.get(name, ()),
             ],
         )
         healthz = f"https://127.0.0.1:{port}/healthz"

@@ -1,0 +1,60 @@
+"""HAMi-DRA in a DRA tenant: cert-manager for its webhook's certificate, then its chart with the
+fake kubelet plugin publishing the tenant's cards. Kubernetes' own scheduler allocates them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from builders.hami_dra import NAMESPACE, RELEASE, hami_dra_values
+from builders.kamaji import cert_manager_values
+from components.helm import pinned_release
+from components.platform.kamaji import CERT_MANAGER_REPO
+from labconfig.model import TenantConfig
+
+CHART_REPO = "https://project-hami.github.io/HAMi-DRA"
+
+
+@dataclass(frozen=True)
+class HamiDraArgs:
+    tenant: TenantConfig
+    chart_version: str
+    fake_driver_image: str
+    cert_manager_version: str
+    provider: k8s.Provider
+    depends_on: list[pulumi.Resource]
+
+
+class HamiDra(pulumi.ComponentResource):
+    def __init__(
+        self, name: str, args: HamiDraArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__("kamaji-hami-lab:index:HamiDra", name, None, opts)
+        on_tenant = pulumi.ResourceOptions(parent=self, provider=args.provider)
+        # The chart's webhook certificate is a cert-manager Certificate, with its CA injected.
+        self.cert_manager = pinned_release(
+            f"{name}-cert-manager",
+            chart="cert-manager",
+            repo=CERT_MANAGER_REPO,
+            version=args.cert_manager_version,
+            namespace="cert-manager",
+            values=cert_manager_values(),
+            opts=pulumi.ResourceOptions.merge(
+                on_tenant, pulumi.ResourceOptions(depends_on=args.depends_on)
+            ),
+        )
+        self.release = pinned_release(
+            f"{name}-chart",
+            chart="hami-dra",
+            repo=CHART_REPO,
+            version=args.chart_version,
+            release_name=RELEASE,
+            namespace=NAMESPACE,
+            values=hami_dra_values(args.tenant, args.fake_driver_image),
+            opts=pulumi.ResourceOptions.merge(
+                on_tenant, pulumi.ResourceOptions(depends_on=[self.cert_manager])
+            ),
+        )
+        self.register_outputs({"release": self.release.status})

@@ -1,0 +1,234 @@
+"""A DRA tenant's cards allocated by the real Kubernetes control plane: v1.36.3 with its
+defaults and v1.35.4 with the gates the program gives a DRA tenant through Kamaji's extraArgs,
+against the slices HAMi-DRA's fake plugin publishes for the program's inventory and the claims
+its webhook makes for the lab's pod specs (hami_dra_stand_in.py). kwok plays the kubelets.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import hami_dra_stand_in as dra
+import pytest
+from binaries import K8S_NEXT_VERSION, K8S_VERSION
+from controlplane import ControlPlane
+
+from builders.control_plane import tenant_control_plane_manifest
+from builders.hami_dra import fake_driver_config
+from labconfig.model import TenantConfig
+
+NAMESPACE = "gpu-workloads"
+COMPONENTS = {"scheduler": "kube-scheduler", "controllerManager": "kube-controller-manager"}
+# The side-by-side stack's DRA tenant: one A100 80GB on its one worker.
+DRA_TENANT = {"name": "tenant-c", "gpuSharing": "dra", "gpus": [{"model": "A100-80GB"}]}
+
+
+def dra_tenant(version: str) -> TenantConfig:
+    # The tenant model alone: a stack would also name a v1.36 workerImage, which kwok needs not.
+    return TenantConfig.model_validate({**DRA_TENANT, "kubernetesVersion": version})
+
+
+def program_args(version: str) -> tuple[list[str], dict[str, list[str]]]:
+    """The API server's and the other components' extra flags the program's TCP gives."""
+    tcp = tenant_control_plane_manifest(dra_tenant(version), "172.30.255.200")
+    extra = tcp["spec"]["controlPlane"]["deployment"]["extraArgs"]
+    return extra["apiServer"], {COMPONENTS[k]: v for k, v in extra.items() if k in COMPONENTS}
+
+
+def share_pod(name: str, memory_mb: int, cores: int, scheduler: str | None = None) -> dict:
+    """A pod as the lab's examples write it (one slice of a card), without a scheduler name."""
+    pod: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "terminationGracePeriodSeconds": 0,
+            "containers": [
+                {
+                    "name": "gpu",
+                    "image": "registry.k8s.io/pause:3.10",
+                    "resources": {
+                        "limits": {
+                            dra.GPU: 1,
+                            dra.GPU_MEMORY: memory_mb,
+                            dra.GPU_CORES: cores,
+                        }
+                    },
+                }
+            ],
+        },
+    }
+    if scheduler:
+        pod["spec"]["schedulerName"] = scheduler
+    return pod
+
+
+def apply(plane: ControlPlane, *objects: dict) -> None:
+    plane.kubectl(
+        "create",
+        "-f",
+        "-",
+        input=json.dumps({"kind": "List", "apiVersion": "v1", "items": list(objects)}),
+    )
+
+
+def admit(plane: ControlPlane, pod: dict) -> None:
+    """What the webhook does before the pod is stored: its claims first, then the pod."""
+    apply(plane, *dra.webhook_claims(pod), dra.webhook_pod(pod))
+
+
+def claim_results(plane: ControlPlane, pod: str) -> list[dict]:
+    name = dra.claim_name(NAMESPACE, pod, "gpu")
+    claim = plane.get_json("resourceclaim", name, "-n", NAMESPACE)
+    return claim["status"]["allocation"]["devices"]["results"]
+
+
+def wait_unschedulable(plane: ControlPlane, pod: str) -> dict:
+    return plane.wait_for_object(
+        "pod", pod, "-n", NAMESPACE,
+        condition=lambda p: scheduled_condition(p).get("reason") == "Unschedulable",
+        what=f"{pod} Unschedulable", timeout=60,
+    )  # fmt: skip
+
+
+def scheduled_condition(pod: dict) -> dict:
+    found = [c for c in pod["status"].get("conditions", []) if c["type"] == "PodScheduled"]
+    return found[0] if found else {}
+
+
+def lab_tenant_plane(
+    start_control_plane,
+    version: str,
+    name: str = "",
+    component_args: dict[str, list[str]] | None = None,
+) -> ControlPlane:
+    """A plane with the program's flags for a DRA tenant of ``version`` (or other component
+    flags), the tenant's workers as kwok nodes, the chart's class and the plugin's slices."""
+    apiserver, components = program_args(version)
+    plane = start_control_plane(
+        name or f"dra-{version}",
+        kubernetes=version,
+        tenant_args=apiserver,
+        component_args=components if component_args is None else component_args,
+    )
+    tenant = dra_tenant(version)
+    for node in tenant.worker_names:
+        plane.create_fake_node(node)
+    apply(
+        plane,
+        dra.device_class(),
+        *dra.resource_slices(fake_driver_config(tenant.cards, tenant.worker_names)),
+    )
+    plane.create_namespace(NAMESPACE)
+    return plane
+
+
+@pytest.fixture(
+    scope="module", params=[K8S_NEXT_VERSION, K8S_VERSION], ids=["v1.36", "v1.35-gated"]
+)
+def plane(request, start_control_plane) -> Iterator[ControlPlane]:
+    yield lab_tenant_plane(start_control_plane, request.param)
+
+
+@pytest.mark.upstream("dra-consumable-capacity-gate")
+def test_the_published_card_keeps_its_shared_capacity(plane):
+    (device,) = plane.get_json("resourceslices")["items"][0]["spec"]["devices"]
+    assert device["allowMultipleAllocations"] is True
+    assert dra.quantity(device["capacity"]["memory"]["requestPolicy"]["default"]) == 80 * 2**30
+    assert device["capacity"]["cores"]["requestPolicy"]["validRange"]["step"] == "1"
+
+
+@pytest.mark.upstream("dra-consumable-capacity-gate")
+def test_without_the_gate_a_v1_35_api_server_drops_what_makes_a_card_shareable(start_control_plane):
+    plane = start_control_plane("dra-ungated", full=False)
+    tenant = dra_tenant(K8S_VERSION)
+    (stored_slice,) = dra.resource_slices(fake_driver_config(tenant.cards, tenant.worker_names))
+    apply(plane, stored_slice)
+    (device,) = plane.get_json("resourceslice", stored_slice["metadata"]["name"])["spec"]["devices"]
+    assert "allowMultipleAllocations" not in device
+    assert list(device["capacity"]["memory"]) == ["value"]  # its requestPolicy is gone too
+
+
+@pytest.mark.upstream("dra-consumable-capacity-gate")
+def test_with_the_gate_off_in_the_scheduler_the_first_pod_takes_the_whole_card(
+    start_control_plane,
+):
+    """Why the program gives a v1.35 DRA tenant's scheduler the gate too, not only its API
+    server: the slice keeps its shared capacity, yet the scheduler's allocator ignores it."""
+    plane = lab_tenant_plane(start_control_plane, K8S_VERSION, "dra-scheduler-ungated", {})
+    admit(plane, share_pod("first", 20000, 25))
+    plane.wait_for_object(
+        "pod", "first", "-n", NAMESPACE,
+        condition=lambda p: p["spec"].get("nodeName") == "tenant-c-worker-1",
+        what="first placed", timeout=60,
+    )  # fmt: skip
+    assert "shareID" not in claim_results(plane, "first")[0]
+    admit(plane, share_pod("second", 20000, 25))
+    pod = wait_unschedulable(plane, "second")
+    assert "cannot allocate all claims" in scheduled_condition(pod)["message"]
+
+
+@pytest.mark.upstream("dra-consumable-capacity-allocation")
+@pytest.mark.upstream("hami-dra-webhook-claim")
+def test_four_pods_share_the_one_card_each_with_its_own_share(plane):
+    pods = [f"share-{i}" for i in range(1, 5)]
+    for name in pods:
+        admit(plane, share_pod(name, 20000, 25))
+    for name in pods:
+        plane.wait_for_object(
+            "pod", name, "-n", NAMESPACE,
+            condition=lambda p: p["status"].get("phase") == "Running",
+            what=f"{name} Running", timeout=60,
+        )  # fmt: skip
+    results = [claim_results(plane, name) for name in pods]
+    assert all(len(r) == 1 for r in results)
+    assert {(r[0]["pool"], r[0]["device"]) for r in results} == {("tenant-c-worker-1", "gpu-0")}
+    assert len({r[0]["shareID"] for r in results}) == 4
+    for (result,) in results:
+        assert dra.quantity(result["consumedCapacity"]["memory"]) == 20000 * 2**20
+        assert dra.quantity(result["consumedCapacity"]["cores"]) == 25
+    stored = plane.get_json("pod", pods[0], "-n", NAMESPACE)
+    assert dra.GPU not in stored["spec"]["containers"][0]["resources"].get("limits", {})
+
+
+@pytest.mark.upstream("dra-consumable-capacity-allocation")
+def test_a_fifth_pod_waits_with_the_schedulers_reason_once_the_cores_are_taken(plane):
+    # After the four above: 80000 of 81920 MiB and all 100 % of the cores are held.
+    admit(plane, share_pod("share-5", 1000, 1))
+    pod = wait_unschedulable(plane, "share-5")
+    assert "cannot allocate all claims" in scheduled_condition(pod)["message"]
+    plane.kubectl("delete", "pod", "share-4", "-n", NAMESPACE, "--wait=true")
+    plane.kubectl(
+        "delete", "resourceclaim", dra.claim_name(NAMESPACE, "share-4", "gpu"), "-n", NAMESPACE
+    )
+    plane.wait_for_object(
+        "pod", "share-5", "-n", NAMESPACE,
+        condition=lambda p: p["spec"].get("nodeName") == "tenant-c-worker-1",
+        what="share-5 placed once share-4 is gone", timeout=60,
+    )  # fmt: skip
+
+
+@pytest.mark.upstream("dra-consumable-capacity-allocation")
+def test_a_pod_asking_more_memory_than_a_card_has_never_fits(plane):
+    admit(plane, share_pod("too-large", 90000, 10))
+    pod = wait_unschedulable(plane, "too-large")
+    assert "cannot allocate all claims" in scheduled_condition(pod)["message"]
+
+
+@pytest.mark.upstream("dra-webhook-keeps-the-scheduler-name")
+def test_a_pod_that_names_hamis_scheduler_is_never_placed_in_a_dra_tenant(plane):
+    # The lab's HAMi examples name hami-scheduler; no scheduler of that name runs here, and the
+    # webhook leaves the name as it is. A pod created after it, without the name, is placed.
+    admit(plane, share_pod("names-hami", 100, 1, scheduler="hami-scheduler"))
+    admit(plane, share_pod("names-none", 100, 1))
+    plane.wait_for_object(
+        "pod", "names-none", "-n", NAMESPACE,
+        condition=lambda p: p["spec"].get("nodeName") == "tenant-c-worker-1",
+        what="names-none placed", timeout=60,
+    )  # fmt: skip
+    stranded = plane.get_json("pod", "names-hami", "-n", NAMESPACE)
+    assert stranded["spec"]["schedulerName"] == "hami-scheduler"
+    assert not stranded["spec"].get("nodeName")
+    assert not stranded["status"].get("conditions")  # no scheduler ever looked at it
