@@ -4,7 +4,7 @@ checks one after another so each starts from a node with our pods already gone."
 from __future__ import annotations
 
 from ..runner import Check
-from . import extender, gpu, isolation, konnectivity, management, tenant
+from . import dra, extender, gpu, isolation, konnectivity, management, tenant
 
 API = ("tenant.api",)
 GPU = ("tenant.api", "nodes.joined", "hami.webhook")
@@ -71,6 +71,19 @@ ALL_CHECKS: tuple[Check, ...] = (
         "Port-forward through Konnectivity",
         konnectivity.port_forward,
         requires=("nodes.joined",),
+    ),
+    Check(
+        "sharing.one-mode",
+        "One GPU-sharing mode in the tenant (HAMi or DRA)",
+        dra.one_mode,
+        requires=API,
+    ),
+    Check(
+        "dra.slices",
+        "Each worker publishes its cards as shareable devices",
+        dra.slices,
+        requires=API,
+        sharing=("dra",),
     ),
     # Read only (a dry run): whether a burst of GPU pods waits for HAMi's node lock.
     Check(

@@ -29,12 +29,18 @@ def test_healthy_lab_passes_and_cleans_up():
     assert not bad, bad
     assert out.ok
     skipped = {k for k, v in r.items() if v.status is Status.SKIP}
-    # tenant-a has a single card; memory limits need real GPUs.
+    # tenant-a has a single card; memory limits need real GPUs; both tenants share with HAMi.
     assert skipped == {
         ("gpu.policy", "tenant-a"),
         ("gpu.memory-limit", "tenant-a"),
         ("gpu.memory-limit", "tenant-b"),
+        ("dra.slices", "tenant-a"),
+        ("dra.slices", "tenant-b"),
     }
+    assert r[("dra.slices", "tenant-a")].evidence == (
+        "a check of dra: this tenant's gpuSharing is hami"
+    )
+    assert r[("sharing.one-mode", "tenant-b")].status is Status.PASS
     assert "gpuMode simulated" in r[("gpu.memory-limit", "tenant-a")].evidence
     assert "spread: different cards, binpack: same card" in r[("gpu.policy", "tenant-b")].evidence
     assert "3 pods share" in r[("gpu.sharing", "tenant-b")].evidence

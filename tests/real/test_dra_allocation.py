@@ -6,23 +6,35 @@ its webhook makes for the lab's pod specs (hami_dra_stand_in.py). kwok plays the
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterator
 from typing import Any
 
 import hami_dra_stand_in as dra
 import pytest
+import yaml
 from binaries import K8S_NEXT_VERSION, K8S_VERSION
 from controlplane import ControlPlane
 
 from builders.control_plane import tenant_control_plane_manifest
 from builders.hami_dra import fake_driver_config
+from labcheck.checks import ALL_CHECKS
+from labcheck.context import RunContext
+from labcheck.kube import factory as kube_factory
+from labcheck.result import Status
+from labcheck.runner import run_checks
+from labcheck.spec import parse_spec
+from labcheck.waiting import SystemClock
 from labconfig.model import TenantConfig
+from tests.support.labcheck_fakes import Quiet
+from tests.support.pulumi_harness import run_program, stack_config
 
 NAMESPACE = "gpu-workloads"
+WORKER = "tenant-dra-worker-1"
 COMPONENTS = {"scheduler": "kube-scheduler", "controllerManager": "kube-controller-manager"}
-# The side-by-side stack's DRA tenant: one A100 80GB on its one worker.
-DRA_TENANT = {"name": "tenant-c", "gpuSharing": "dra", "gpus": [{"model": "A100-80GB"}]}
+# The dra stack's DRA tenant: one A100 80GB on its one worker.
+DRA_TENANT = {"name": "tenant-dra", "gpuSharing": "dra", "gpus": [{"model": "A100-80GB"}]}
 
 
 def dra_tenant(version: str) -> TenantConfig:
@@ -140,6 +152,32 @@ def test_the_published_card_keeps_its_shared_capacity(plane):
     assert device["capacity"]["cores"]["requestPolicy"]["validRange"]["step"] == "1"
 
 
+def labcheck_on(plane: ControlPlane, checks: list[str]) -> dict:
+    """labcheck through its real client on the plane, as the dra stack's tenant-dra: the
+    program's labcheckSpec with the tenant's kubeconfig pointed at the plane."""
+    spec = json.loads(run_program(stack_config("dra"), stack="dra").outputs["labcheckSpec"])
+    (tenant,) = [t for t in spec["tenants"] if t["name"] == "tenant-dra"]
+    kubeconfig = yaml.safe_load(plane.kubeconfig("admin").read_text())
+    cluster = kubeconfig["clusters"][0]["cluster"]
+    cluster["certificate-authority-data"] = base64.b64encode(plane.ca_path.read_bytes()).decode()
+    del cluster["certificate-authority"]
+    spec["tenants"] = [{**tenant, "kubeconfig": yaml.safe_dump(kubeconfig)}]
+    parsed = parse_spec(json.dumps(spec))
+    ctx = RunContext(
+        spec=parsed, factory=kube_factory(10), clock=SystemClock(), run_id="dra", poll_seconds=0.5
+    )
+    outcome = run_checks(ctx, ALL_CHECKS, Quiet(), only=checks)
+    return {(r.check, r.tenant): r for r in outcome.results}
+
+
+def test_labcheck_finds_the_cards_published_shareable_and_one_mode(plane):
+    results = labcheck_on(plane, ["dra.slices", "sharing.one-mode"])
+    slices = results[("dra.slices", "tenant-dra")]
+    assert slices.status is Status.PASS, slices
+    assert slices.detail == [f"{WORKER}/gpu-0: 81920 MB, 100 % cores, shareable"]
+    assert results[("sharing.one-mode", "tenant-dra")].status is Status.PASS
+
+
 @pytest.mark.upstream("dra-consumable-capacity-gate")
 def test_without_the_gate_a_v1_35_api_server_drops_what_makes_a_card_shareable(start_control_plane):
     plane = start_control_plane("dra-ungated", full=False)
@@ -161,7 +199,7 @@ def test_with_the_gate_off_in_the_scheduler_the_first_pod_takes_the_whole_card(
     admit(plane, share_pod("first", 20000, 25))
     plane.wait_for_object(
         "pod", "first", "-n", NAMESPACE,
-        condition=lambda p: p["spec"].get("nodeName") == "tenant-c-worker-1",
+        condition=lambda p: p["spec"].get("nodeName") == WORKER,
         what="first placed", timeout=60,
     )  # fmt: skip
     assert "shareID" not in claim_results(plane, "first")[0]
@@ -184,7 +222,7 @@ def test_four_pods_share_the_one_card_each_with_its_own_share(plane):
         )  # fmt: skip
     results = [claim_results(plane, name) for name in pods]
     assert all(len(r) == 1 for r in results)
-    assert {(r[0]["pool"], r[0]["device"]) for r in results} == {("tenant-c-worker-1", "gpu-0")}
+    assert {(r[0]["pool"], r[0]["device"]) for r in results} == {(WORKER, "gpu-0")}
     assert len({r[0]["shareID"] for r in results}) == 4
     for (result,) in results:
         assert dra.quantity(result["consumedCapacity"]["memory"]) == 20000 * 2**20
@@ -205,7 +243,7 @@ def test_a_fifth_pod_waits_with_the_schedulers_reason_once_the_cores_are_taken(p
     )
     plane.wait_for_object(
         "pod", "share-5", "-n", NAMESPACE,
-        condition=lambda p: p["spec"].get("nodeName") == "tenant-c-worker-1",
+        condition=lambda p: p["spec"].get("nodeName") == WORKER,
         what="share-5 placed once share-4 is gone", timeout=60,
     )  # fmt: skip
 
@@ -225,7 +263,7 @@ def test_a_pod_that_names_hamis_scheduler_is_never_placed_in_a_dra_tenant(plane)
     admit(plane, share_pod("names-none", 100, 1))
     plane.wait_for_object(
         "pod", "names-none", "-n", NAMESPACE,
-        condition=lambda p: p["spec"].get("nodeName") == "tenant-c-worker-1",
+        condition=lambda p: p["spec"].get("nodeName") == WORKER,
         what="names-none placed", timeout=60,
     )  # fmt: skip
     stranded = plane.get_json("pod", "names-hami", "-n", NAMESPACE)

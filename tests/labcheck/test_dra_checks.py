@@ -1,0 +1,110 @@
+"""labcheck on a DRA tenant: its cards published as shareable devices, one mode per tenant."""
+
+from __future__ import annotations
+
+import pytest
+
+from builders import hami_dra as built
+from labcheck import dra
+from labcheck.result import Status
+from labconfig.gpu_models import KNOWN_GPU_MODELS
+from tests.support.labcheck_fakes import A100, FakeLab, run_lab, standard_lab
+
+NODE = "tenant-dra-worker-1"
+
+
+def published_slice(node: str) -> dict:
+    """What HAMi-DRA's fake plugin publishes for the program's config of one A100 80GB."""
+    config = built.fake_driver_config([KNOWN_GPU_MODELS["A100-80GB"]], [node])
+    return {
+        "metadata": {"name": f"{node}-{built.DRIVER}"},
+        "spec": {
+            "driver": built.DRIVER,
+            "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": config["nodes"][node]["devices"],
+        },
+    }
+
+
+def with_dra_tenant() -> FakeLab:
+    lab = standard_lab()
+    server = lab.add_tenant("tenant-dra", "172.30.255.210", [A100])
+    lab.spec["tenants"][-1]["gpuSharing"] = "dra"
+    del server.nodes[NODE]["metadata"]["annotations"]["hami.io/node-nvidia-register"]
+    publish(server, published_slice(NODE))
+    return lab
+
+
+def publish(server, item: dict) -> None:
+    server.custom[("resourceslices", "", item["metadata"]["name"], dra.GROUP)] = item
+
+
+def test_labchecks_driver_is_the_one_the_program_installs():
+    assert dra.DRIVER == built.DRIVER
+
+
+@pytest.mark.parametrize(
+    ("text", "number"),
+    [("81920Mi", 81920 * 2**20), ("80Gi", 80 * 2**30), ("20971520k", 20971520000), ("100", 100)],
+)
+def test_quantities_in_any_form_the_api_server_writes(text, number):
+    assert dra.quantity(text) == number
+
+
+def test_a_healthy_dra_tenant_passes_and_hamis_checks_say_why_they_skip():
+    out, r = run_lab(with_dra_tenant())
+    assert not [x for x in out.results if x.status.bad]
+    assert r[("dra.slices", "tenant-dra")].status is Status.PASS
+    assert r[("dra.slices", "tenant-dra")].evidence == "1 card(s) published as shareable devices"
+    assert all(r[("sharing.one-mode", t)].status is Status.PASS for t in ("tenant-a", "tenant-dra"))
+    for check in ("hami.webhook", "gpu.sharing", "gpu.inventory"):
+        assert r[(check, "tenant-dra")].status is Status.SKIP
+        assert "gpuSharing is dra" in r[(check, "tenant-dra")].evidence
+
+
+def test_an_api_server_without_the_gate_is_named_as_the_cause():
+    lab = with_dra_tenant()
+    server = lab.tenant("tenant-dra")
+    item = published_slice(NODE)
+    for device in item["spec"]["devices"]:
+        del device["allowMultipleAllocations"]
+    publish(server, item)
+    _, r = run_lab(lab, only=["dra.slices"])
+    result = r[("dra.slices", "tenant-dra")]
+    assert result.status is Status.FAIL
+    assert "DRAConsumableCapacity" in result.cause
+
+
+def test_a_worker_without_the_plugin_fails_with_what_is_missing():
+    lab = with_dra_tenant()
+    lab.tenant("tenant-dra").custom.clear()
+    _, r = run_lab(lab, only=["dra.slices"])
+    result = r[("dra.slices", "tenant-dra")]
+    assert (result.status, result.seen) == (Status.FAIL, "0 published")
+    assert "fake kubelet plugin" in result.cause
+
+
+def test_a_card_published_with_other_memory_fails():
+    lab = with_dra_tenant()
+    item = published_slice(NODE)
+    item["spec"]["devices"][0]["capacity"]["memory"]["value"] = "40960Mi"
+    publish(lab.tenant("tenant-dra"), item)
+    _, r = run_lab(lab, only=["dra.slices"])
+    assert r[("dra.slices", "tenant-dra")].seen == "40960 MB, 100 % cores"
+
+
+def test_each_mode_found_in_the_other_tenant_fails():
+    lab = with_dra_tenant()
+    lab.tenant("tenant-dra").nodes[NODE]["metadata"]["annotations"][
+        "hami.io/node-nvidia-register"
+    ] = "[]"
+    publish(lab.tenant("tenant-a"), published_slice("tenant-a-worker-1"))
+    _, r = run_lab(lab, only=["tenant.api", "tcp.ready", "mgmt.kamaji", "sharing.one-mode"])
+    assert r[("sharing.one-mode", "tenant-dra")].status is Status.FAIL
+    assert (
+        "HAMi's device plugin runs beside HAMi-DRA" in r[("sharing.one-mode", "tenant-dra")].cause
+    )
+    assert r[("sharing.one-mode", "tenant-a")].status is Status.FAIL
+    assert r[("sharing.one-mode", "tenant-a")].seen == "published on ['tenant-a-worker-1']"
+    assert r[("sharing.one-mode", "tenant-b")].status is Status.PASS
