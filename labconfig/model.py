@@ -67,6 +67,9 @@ PINNED_NODE_IMAGE = re.compile(
 )
 
 
+REGISTRY_REPOSITORY_TAG = re.compile(r"[\w.-]+(?::\d+)?/[\w./-]+:\w[\w.-]*")
+
+
 class ConfigError(Exception):
     """A stack config value the lab cannot use; the message names the key."""
 
@@ -236,6 +239,14 @@ class LabConfig(_Model):
     def _pinned(cls, value: str) -> str:
         if not PINNED_NODE_IMAGE.fullmatch(value):
             raise ValueError("must be a kindest/node image pinned by digest (…:v1.35.0@sha256:…)")
+        return value
+
+    @field_validator("hami_dra_fake_driver_image")
+    @classmethod
+    def _registry_repository_tag(cls, value: str) -> str:
+        # The chart takes the image as registry, repository and tag (builders/hami_dra.py).
+        if not REGISTRY_REPOSITORY_TAG.fullmatch(value):
+            raise ValueError("must be registry/repository:tag (a tag, not a digest)")
         return value
 
     @field_validator("kamaji_image_tag")

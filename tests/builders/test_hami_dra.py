@@ -105,3 +105,12 @@ def test_a_hami_tenant_gets_no_dra_gate():
     ]["extraArgs"]
     assert set(extra) == {"apiServer"}
     assert all(p["path"] != "/featureGates" for p in kubelet_patches(TENANT_HAMI))
+
+
+def test_a_mirrors_registry_with_a_port_stays_the_registry():
+    fake = hami_dra.hami_dra_values(TENANT_DRA, "127.0.0.1:5000/mirror/fake-driver:v1")["drivers"]
+    assert fake["fake"]["image"] == {
+        "registry": "127.0.0.1:5000",
+        "repository": "mirror/fake-driver",
+        "tag": "v1",
+    }

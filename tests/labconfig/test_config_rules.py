@@ -626,3 +626,12 @@ def test_a_dra_tenant_is_not_held_to_the_mock_device_plugins_memory_cap():
         parse_config({"tenants": [{"name": "t", "gpus": cards}]})
     cfg = parse_config({"tenants": [{"name": "t", "gpuSharing": "dra", "gpus": cards}]})
     assert len(cfg.tenants[0].cards) == 16
+
+
+@pytest.mark.parametrize(
+    "image", ["ghcr.io/x/fake@sha256:" + "a" * 64, "fake-driver:v1", "ghcr.io/x/fake"]
+)
+def test_the_fake_plugins_image_must_be_registry_repository_and_tag(image):
+    with pytest.raises(ConfigError, match="registry/repository:tag") as error:
+        parse_config({"hamiDraFakeDriverImage": image, "tenants": [{"name": "t"}]})
+    assert error.value.key == "hamiDraFakeDriverImage"
