@@ -31,6 +31,7 @@ from labconfig.gpu_models import (
     model_table,
 )
 from labconfig.kamaji_sources import kamaji_source
+from labconfig.preflight_checks import PREFLIGHT_CHECKS
 
 PROJECT = "kamaji-hami-lab"
 
@@ -231,6 +232,8 @@ class LabConfig(_Model):
     nvml_mock_chart_version: str = "0.3.0"
     nvml_mock_image: str = "ghcr.io/nvidia/nvml-mock:0.3.0"
     preflight: bool = True
+    # Host checks a user accepts knowingly, by name, with why: still run, reported as warnings.
+    preflight_accept: dict[str, str] = Field(default_factory=dict)
     validate_lab: bool = Field(default=True, alias="validate")
     tenants: tuple[TenantConfig, ...] = Field(min_length=1)
 
@@ -239,6 +242,18 @@ class LabConfig(_Model):
     def _pinned(cls, value: str) -> str:
         if not PINNED_NODE_IMAGE.fullmatch(value):
             raise ValueError("must be a kindest/node image pinned by digest (…:v1.35.0@sha256:…)")
+        return value
+
+    @field_validator("preflight_accept")
+    @classmethod
+    def _known_checks(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, why in value.items():
+            if name not in PREFLIGHT_CHECKS:
+                raise ValueError(
+                    f"no host check is named {name!r}: one of {', '.join(PREFLIGHT_CHECKS)}"
+                )
+            if not why.strip():
+                raise ValueError(f"say why {name!r} is accepted (the warning repeats it)")
         return value
 
     @field_validator("hami_dra_fake_driver_image")

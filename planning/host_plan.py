@@ -51,6 +51,8 @@ class HostPlan:
     # The kind management cluster's version (its pinned node image's tag); None when the lab
     # does not create it on this host.
     management_version: str | None = None
+    # (check name, why) of every host check the stack config accepts (preflightAccept).
+    accepted: tuple[tuple[str, str], ...] = ()
 
     @property
     def api_servers(self) -> tuple[tuple[str, str], ...]:
@@ -88,4 +90,5 @@ def host_plan(cfg: LabConfig) -> HostPlan | None:
         kamaji_charts=kind_cluster or cfg.install_platform,
         tenant_versions=tuple((t.name, t.kubernetes_version) for t in cfg.tenants),
         management_version=node_image_version(cfg.management_node_image) if kind_cluster else None,
+        accepted=tuple(sorted(cfg.preflight_accept.items())),
     )

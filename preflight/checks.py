@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from labconfig.versions import kubernetes_minor
@@ -485,10 +485,16 @@ def check_host(facts: HostFacts, plan: HostPlan, previous: Sizing | None = None)
     ]
 
 
-def report(findings: list[Finding]) -> str:
+def report(findings: list[Finding], accepted: Mapping[str, str] | None = None) -> str:
+    """One line a check; a failed one with its fix, or, when the stack config accepts it, as a
+    warning that repeats why (kubeadm's ignored preflight errors)."""
+    accepted = accepted or {}
     lines = []
     for f in findings:
-        lines.append(f"{'ok  ' if f.ok else 'FAIL'} {f.check:<18} {f.detail}")
-        if not f.ok:
+        verdict = "ok  " if f.ok else "WARN" if f.check in accepted else "FAIL"
+        lines.append(f"{verdict} {f.check:<18} {f.detail}")
+        if not f.ok and f.check in accepted:
+            lines.append(f"     accepted: {accepted[f.check]}")
+        elif not f.ok:
             lines += [f"     {'fix:' if i == 0 else '    '} {step}" for i, step in enumerate(f.fix)]
     return "\n".join(lines)

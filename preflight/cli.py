@@ -10,6 +10,7 @@ import sys
 
 from labconfig.model import ConfigError
 from labconfig.parse import parse_config
+from labconfig.preflight_checks import PREFLIGHT_CHECKS
 from labconfig.stack import raw_stack_config
 from planning.host_plan import HostPlan, Sizing, host_plan
 from preflight.checks import TOOL_INSTALL, check_host, report
@@ -68,6 +69,15 @@ def _tenant_version(text: str) -> tuple[str, str]:
     return name, version
 
 
+def _accepted(text: str) -> tuple[str, str]:
+    name, sep, why = text.partition("=")
+    if name not in PREFLIGHT_CHECKS or not (sep and why.strip()):
+        raise argparse.ArgumentTypeError(
+            f"expected CHECK=WHY with CHECK one of {', '.join(PREFLIGHT_CHECKS)}, got {text!r}"
+        )
+    return name, why
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m preflight", description="Check this host for the kamaji-hami-lab."
@@ -113,6 +123,14 @@ def _parser() -> argparse.ArgumentParser:
         default=True,
         help="the lab installs Kamaji, whose charts are built here with git and helm",
     )
+    parser.add_argument(
+        "--accept",
+        type=_accepted,
+        action="append",
+        default=[],
+        metavar="CHECK=WHY",
+        help="a check accepted knowingly: still run, a failure reported as a warning with WHY",
+    )
     parser.add_argument("--previous", help="the stdout of the previous run (its sizing record)")
     return parser
 
@@ -146,6 +164,7 @@ def _flags_plan(args: argparse.Namespace) -> tuple[HostPlan, Sizing | None]:
         kamaji_charts=args.kamaji_charts,
         tenant_versions=tuple(args.tenant_version),
         management_version=args.management_version,
+        accepted=tuple(args.accept),
     )
     return plan, Sizing.from_record(args.previous)
 
@@ -164,8 +183,9 @@ def main(argv: list[str] | None = None, run: Run = _run) -> int:
         print("preflight: skipped (off, or nothing of this stack runs here)", file=sys.stderr)
         return 0
     findings = check_host(read_host_facts(run), plan, previous)
-    print(report(findings), file=sys.stderr)
-    failed = [f for f in findings if not f.ok]
+    accepted = dict(plan.accepted)
+    print(report(findings, accepted), file=sys.stderr)
+    failed = [f for f in findings if not f.ok and f.check not in accepted]
     if failed:
         print(f"preflight: {len(failed)} check(s) failed; run the fixes above", file=sys.stderr)
         return 1

@@ -54,6 +54,7 @@ def preflight_command(plan: HostPlan, python: str | None = None) -> str:
         plan.subnet,
         "--kind-cluster" if plan.kind_cluster else "--no-kind-cluster",
         "--kamaji-charts" if plan.kamaji_charts else "--no-kamaji-charts",
+        *(a for name, why in plan.accepted for a in ("--accept", f"{name}={why}")),
     ]
     return shlex.join(args)
 

@@ -19,7 +19,8 @@ from components.platform.host_preflight import (
     preflight_update_command,
     project_python,
 )
-from planning.host_plan import Sizing
+from labconfig.parse import parse_config
+from planning.host_plan import Sizing, host_plan
 from preflight import cli
 from tests.support.made_up_hosts import PLAN
 from tests.support.pulumi_harness import lab_stack_config, run_program
@@ -106,3 +107,13 @@ def test_the_check_has_no_machine_specific_path(tmp_path: Path):
     assert "dir" not in check.inputs
     assert not check.inputs["create"].startswith("/")
     assert "main" not in yaml.safe_load((PROJECT_DIR / "Pulumi.yaml").read_text())
+
+
+def test_the_checks_a_stack_accepts_reach_the_command_and_none_change_nothing():
+    plain = host_plan(parse_config(lab_stack_config()))
+    accepting = host_plan(
+        parse_config({**lab_stack_config(), "preflightAccept": {"cgroup v2": "cgroup v1 image"}})
+    )
+    assert "--accept" not in shlex.split(preflight_command(plain, python="py"))
+    argv = shlex.split(preflight_command(accepting, python="py"))
+    assert argv[argv.index("--accept") + 1] == "cgroup v2=cgroup v1 image"

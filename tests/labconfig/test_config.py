@@ -68,7 +68,8 @@ def test_pulumi_yaml_declares_each_key_with_the_type_the_model_reads():
     """What the CLI type-checks a stack against is what the program reads the key as."""
     declared = yaml.safe_load((PROJECT_DIR / "Pulumi.yaml").read_text())["config"]
     pulumi_type = {
-        bool: "boolean", int: "integer", str: "string", SecretStr: "string", ProxyConfig: "object"
+        bool: "boolean", int: "integer", str: "string", SecretStr: "string", ProxyConfig: "object",
+        dict[str, str]: "object",
     }  # fmt: skip
     for name, field in LabConfig.model_fields.items():
         spec = declared[f"{PROJECT}:{field.alias or name}"]

@@ -635,3 +635,15 @@ def test_the_fake_plugins_image_must_be_registry_repository_and_tag(image):
     with pytest.raises(ConfigError, match="registry/repository:tag") as error:
         parse_config({"hamiDraFakeDriverImage": image, "tenants": [{"name": "t"}]})
     assert error.value.key == "hamiDraFakeDriverImage"
+
+
+def test_a_preflight_check_is_accepted_by_its_name_and_with_why():
+    cfg = parse_config(
+        {"preflightAccept": {"cgroup v2": "node image built for v1"}, "tenants": [{"name": "t"}]}
+    )
+    assert cfg.preflight_accept == {"cgroup v2": "node image built for v1"}
+    with pytest.raises(ConfigError, match="no host check is named 'cgroupv2': one of cgroup v2,"):
+        parse_config({"preflightAccept": {"cgroupv2": "typo"}, "tenants": [{"name": "t"}]})
+    with pytest.raises(ConfigError, match="say why 'memory' is accepted") as error:
+        parse_config({"preflightAccept": {"memory": " "}, "tenants": [{"name": "t"}]})
+    assert error.value.key == "preflightAccept"

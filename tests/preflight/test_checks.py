@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import ast
 import re
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 from labconfig.parse import parse_config
+from labconfig.preflight_checks import PREFLIGHT_CHECKS
 from labconfig.versions import kubernetes_minor, minor_series
 from planning.footprint import lab_footprint
 from planning.host_plan import HostPlan, Sizing, host_plan
@@ -556,3 +559,18 @@ def test_without_kind_the_management_cluster_is_not_checked():
             "kubectl version"
         ]
     )
+
+
+def test_every_check_the_preflight_runs_can_be_accepted_by_its_name():
+    """The names in labconfig/preflight_checks.py are the names the checks report."""
+    tree = ast.parse(Path(preflight.__file__).read_text())
+    named = {
+        node.args[0].value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and getattr(node.func, "id", "") == "Finding"
+        and node.args
+        and isinstance(node.args[0], ast.Constant)
+    }
+    tools = {"kubectl", "curl", "kind", "git", "helm"}  # tool_findings names them by tool
+    assert named | tools == set(PREFLIGHT_CHECKS)

@@ -140,3 +140,47 @@ def test_main_checks_kubectl_against_the_versions_on_its_command_line(monkeypatc
     assert "install kubectl v1.34.0 (only v1.34 fits every API server)" in err
     with pytest.raises(SystemExit):
         cli._parser().parse_args(["--tenant-version", "v1.35.0"])  # no NAME=
+
+
+def test_an_accepted_check_still_runs_and_warns_with_why_instead_of_failing(monkeypatch, capsys):
+    monkeypatch.setattr(
+        cli, "read_host_facts", lambda run: replace(GOOD, bridge_nf_call_iptables=None)
+    )
+    argv = ["--tenants", "2", "--workers", "2", "--kube-proxy-version", "v1.35.0"]
+    argv += ["--accept", "br_netfilter=the node image loads it itself"]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr()
+    assert "WARN br_netfilter" in out.err
+    assert "     accepted: the node image loads it itself" in out.err
+    assert "fix: sudo modprobe br_netfilter" not in out.err
+    assert out.out == '{"tenants": 2, "workers": 2}\n'  # a passing run: its record for the next
+
+
+def test_accepting_one_check_leaves_the_others_failing(monkeypatch, capsys):
+    bad = replace(GOOD, bridge_nf_call_iptables=None, inotify_instances=128)
+    monkeypatch.setattr(cli, "read_host_facts", lambda run: bad)
+    argv = ["--tenants", "1", "--workers", "1", "--accept", "br_netfilter=known"]
+    assert cli.main(argv) == 1
+    err = capsys.readouterr().err
+    assert "WARN br_netfilter" in err and "FAIL inotify instances" in err
+    assert "preflight: 1 check(s) failed" in err
+
+
+@pytest.mark.parametrize("value", ["cgroupv2=old kernel", "cgroup v2", "cgroup v2= "])
+def test_an_accept_flag_names_a_known_check_and_why(value, capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["--tenants", "1", "--workers", "1", "--accept", value])
+    assert "expected CHECK=WHY with CHECK one of cgroup v2," in capsys.readouterr().err
+
+
+def test_a_stacks_accepted_checks_reach_the_plan(monkeypatch):
+    config = {
+        **LAB_CONFIG_JSON,
+        "kamaji-hami-lab:preflightAccept": {
+            "value": json.dumps({"cgroup v2": "node image built for cgroup v1"}),
+            "objectValue": {"cgroup v2": "node image built for cgroup v1"},
+            "secret": False,
+        },
+    }
+    plan, _ = cli.plan_from_stack("lab", FakeHost(stack_answers(config, EXPORT)))
+    assert plan.accepted == (("cgroup v2", "node image built for cgroup v1"),)
