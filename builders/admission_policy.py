@@ -23,7 +23,10 @@ RESOURCES = ("mutatingadmissionpolicies", "mutatingadmissionpolicybindings")
 
 def policy_api_version(tenant: TenantConfig) -> str | None:
     """The API the tenant's version serves the policy under (once its gate is on), or None
-    where it has none the program switches on (before v1.34: alpha only)."""
+    where it has none the program switches on (before v1.34: alpha only) or needs none (the
+    policies serve HAMi: a DRA tenant has no node lock to wait for)."""
+    if tenant.gpu_sharing != "hami":
+        return None
     minor = kubernetes_minor(tenant.kubernetes_version)
     if minor >= FIRST_GA:
         return GA_API

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+NAMESPACE = "kube-flannel"
+
 
 def flannel_cni_conf() -> str:
     """flannel delegating to `ptp` instead of its default `bridge`.

@@ -15,11 +15,17 @@ from typing import Any
 
 import yaml
 
+from builders.flannel import NAMESPACE as FLANNEL_NAMESPACE
+from builders.kamaji import CERT_MANAGER_NAMESPACE
 from labconfig.gpu_models import GpuModel
 from labconfig.model import TenantConfig
 from labconfig.versions import kubernetes_minor
 
-NAMESPACE = "hami-dra"  # the webhook leaves its release's namespace and kube-system alone
+NAMESPACE = "hami-dra"
+# Pods its webhook (failurePolicy Fail) never sees, so a webhook that is down stops none of the
+# lab's own: its release's namespace, kube-system, flannel's, cert-manager's.
+WEBHOOK_EXCLUDED_NAMESPACES = ["kube-system", FLANNEL_NAMESPACE, CERT_MANAGER_NAMESPACE]
+WORKLOAD_NAMESPACE = "gpu-workloads"  # where the docs' pods go, as in a HAMi tenant
 RELEASE = "hami-dra"
 # The real NVIDIA plugin's driver and class names, for the fake one too (as HAMi-DRA's own e2e
 # runs it): a pod, quota or selector written for real cards works unchanged.
@@ -41,9 +47,10 @@ def feature_gates(tenant: TenantConfig) -> dict[str, bool]:
     return {CONSUMABLE_CAPACITY_GATE: True}
 
 
-def device(name: str, card: GpuModel, uuid: str) -> dict[str, Any]:
+def device(name: str, card: GpuModel, card_id: str) -> dict[str, Any]:
     """One card in the fake plugin's config: shareable, its memory (MiB, as HAMi counts it) and
-    cores (percent) consumable in steps of 1 MiB and 1 %, a claim without requests taking all."""
+    cores (percent) consumable in steps of 1 MiB and 1 %. As in HAMi, a claim that asks no
+    memory takes all of it, and one that asks no cores takes none (no compute limit)."""
     memory = f"{card.memory_mb}Mi"
     return {
         "name": name,
@@ -51,14 +58,14 @@ def device(name: str, card: GpuModel, uuid: str) -> dict[str, Any]:
         "attributes": {
             "type": {"string": DEVICE_TYPE},
             "productName": {"string": card.product},
-            "uuid": {"string": uuid},
+            "uuid": {"string": card_id},
         },
         "capacity": {
             "cores": {
                 "value": str(card.cores),
                 "requestPolicy": {
-                    "default": str(card.cores),
-                    "validRange": {"min": "1", "max": str(card.cores), "step": "1"},
+                    "default": "0",
+                    "validRange": {"min": "0", "max": str(card.cores), "step": "1"},
                 },
             },
             "memory": {
@@ -111,6 +118,15 @@ def hami_dra_values(tenant: TenantConfig, fake_driver_image: str) -> dict[str, A
                     )
                 },
             },
+        },
+        "webhook": {
+            "config": {
+                "scope": {
+                    "enabled": True,
+                    "excludeReleaseNamespace": True,
+                    "excludedNamespaces": WEBHOOK_EXCLUDED_NAMESPACES,
+                }
+            }
         },
         "certs": {"certManager": {"enabled": True}},
     }

@@ -54,14 +54,14 @@ class TenantParts:
     control_plane: Tenant
     workers: Workers
     cni: Flannel
-    hami: Hami | HamiDra  # HAMi, or HAMi-DRA in a tenant whose gpuSharing is dra
+    sharing: Hami | HamiDra  # HAMi, or HAMi-DRA in a tenant whose gpuSharing is dra
     gpu_nodes: GpuNodes | None
     gpus: SimulatedGpus | None
     inventory: dict[str, list[dict[str, Any]]]
 
     @property
     def last_steps(self) -> list[pulumi.Resource]:
-        return [self.hami, *([self.gpus] if self.gpus else [])]
+        return [self.sharing, *([self.gpus] if self.gpus else [])]
 
 
 @dataclass

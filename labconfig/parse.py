@@ -125,7 +125,7 @@ def _check_gpu_mode(tenant: TenantConfig, key: str) -> None:
 
 
 # HAMi-DRA asks for Kubernetes >= 1.34 with DRAConsumableCapacity (its README); the program
-# turns the gate on where it is alpha (builders/dra.py).
+# turns the gate on where it is alpha (builders/hami_dra.py).
 MIN_DRA_MINOR = 34
 # HAMi's own settings, which mean nothing where DRA allocates the cards.
 HAMI_ONLY = {"scheduler_policy": "schedulerPolicy", "gpu_quota_mb": "gpuQuotaMb"}

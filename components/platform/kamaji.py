@@ -16,6 +16,8 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from builders.kamaji import (
+    CERT_MANAGER_NAMESPACE,
+    CERT_MANAGER_REPO,
     KAMAJI_NAMESPACE,
     KAMAJI_RELEASE,
     cert_manager_values,
@@ -39,9 +41,6 @@ class KamajiArgs:
     charts_dir: Path
 
 
-CERT_MANAGER_REPO = "https://charts.jetstack.io"
-
-
 class Kamaji(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: KamajiArgs, opts: pulumi.ResourceOptions | None = None
@@ -54,7 +53,7 @@ class Kamaji(pulumi.ComponentResource):
             chart="cert-manager",
             repo=CERT_MANAGER_REPO,
             version=args.cert_manager_version,
-            namespace="cert-manager",
+            namespace=CERT_MANAGER_NAMESPACE,
             values=cert_manager_values(),
             opts=child,
         )

@@ -7,10 +7,9 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from builders.flannel import flannel_values
+from builders.flannel import NAMESPACE, flannel_values
 from components.helm import pinned_release
 
-NAMESPACE = "kube-flannel"
 CHART_REPO = "https://flannel-io.github.io/flannel/"
 
 

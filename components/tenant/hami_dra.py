@@ -8,10 +8,9 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from builders.hami_dra import NAMESPACE, RELEASE, hami_dra_values
-from builders.kamaji import cert_manager_values
+from builders.hami_dra import NAMESPACE, RELEASE, WORKLOAD_NAMESPACE, hami_dra_values
+from builders.kamaji import CERT_MANAGER_NAMESPACE, CERT_MANAGER_REPO, cert_manager_values
 from components.helm import pinned_release
-from components.platform.kamaji import CERT_MANAGER_REPO
 from labconfig.model import TenantConfig
 
 CHART_REPO = "https://project-hami.github.io/HAMi-DRA"
@@ -39,7 +38,7 @@ class HamiDra(pulumi.ComponentResource):
             chart="cert-manager",
             repo=CERT_MANAGER_REPO,
             version=args.cert_manager_version,
-            namespace="cert-manager",
+            namespace=CERT_MANAGER_NAMESPACE,
             values=cert_manager_values(),
             opts=pulumi.ResourceOptions.merge(
                 on_tenant, pulumi.ResourceOptions(depends_on=args.depends_on)
@@ -56,5 +55,8 @@ class HamiDra(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions.merge(
                 on_tenant, pulumi.ResourceOptions(depends_on=[self.cert_manager])
             ),
+        )
+        self.workloads = k8s.core.v1.Namespace(
+            f"{name}-workloads", metadata={"name": WORKLOAD_NAMESPACE}, opts=on_tenant
         )
         self.register_outputs({"release": self.release.status})

@@ -48,8 +48,18 @@ def test_the_fake_plugin_publishes_each_workers_cards_under_the_real_drivers_nam
     assert device["attributes"]["type"] == {"string": "hami-gpu"}
     assert device["attributes"]["productName"] == {"string": "NVIDIA A100-SXM4-80GB"}
     assert device["capacity"]["memory"]["value"] == "81920Mi"  # what HAMi counts for the card
-    assert device["capacity"]["cores"]["value"] == "100"
+    assert device["capacity"]["cores"] == {
+        "value": "100",
+        # as in HAMi: a pod that asks no gpucores has no compute limit and takes none
+        "requestPolicy": {"default": "0", "validRange": {"min": "0", "max": "100", "step": "1"}},
+    }
     assert values["certs"] == {"certManager": {"enabled": True}}
+    # a webhook that is down (failurePolicy Fail) must not stop the lab's own pods
+    assert values["webhook"]["config"]["scope"] == {
+        "enabled": True,
+        "excludeReleaseNamespace": True,
+        "excludedNamespaces": ["kube-system", "kube-flannel", "cert-manager"],
+    }
 
 
 def test_every_card_of_every_worker_is_its_own_device_with_a_stable_uuid():

@@ -268,8 +268,18 @@ def apiserver_args(
     return ["kube-apiserver", *_flags(owned), *extras]
 
 
+def _extra_args(tcp: dict[str, Any], component: str) -> dict[str, str]:
+    """spec.controlPlane.deployment.extraArgs.<component> as utilities.ArgsFromSliceToMap
+    reads it (internal/utilities/args.go:13-23): `--flag=value` split at the first `=`."""
+    extra = tcp["spec"].get("controlPlane", {}).get("deployment", {}).get("extraArgs") or {}
+    return {
+        flag: value for flag, _, value in (arg.partition("=") for arg in extra.get(component, []))
+    }
+
+
 def controller_manager_args(tcp: dict[str, Any]) -> list[str]:
-    """deployment.go buildControllerManager, no ExtraArgs."""
+    """deployment.go buildControllerManager: Kamaji's flags, then the TCP's extraArgs over them
+    (utilities.MergeMaps, deployment.go:492-494)."""
     tcp = defaulted(tcp)
     net = tcp["spec"]["networkProfile"]
     kubeconfig = CONTROLLER_MANAGER_KUBECONFIG
@@ -292,14 +302,14 @@ def controller_manager_args(tcp: dict[str, Any]) -> list[str]:
         "--service-account-private-key-file": SA_PRIVATE_KEY,
         "--use-service-account-credentials": "true",
     }
-    return ["kube-controller-manager", *_flags(args)]
+    return ["kube-controller-manager", *_flags(args | _extra_args(tcp, "controllerManager"))]
 
 
 def scheduler_args(tcp: dict[str, Any]) -> list[str]:
-    """deployment.go buildScheduler, no ExtraArgs."""
-    del tcp  # nothing of the TCP reaches the scheduler's flags
+    """deployment.go buildScheduler: the TCP's extraArgs, then Kamaji's flags over them
+    (deployment.go:401-412)."""
     kubeconfig = SCHEDULER_KUBECONFIG
-    args = {
+    args = _extra_args(tcp, "scheduler") | {
         "--authentication-kubeconfig": kubeconfig,
         "--authorization-kubeconfig": kubeconfig,
         "--bind-address": "0.0.0.0",

@@ -73,9 +73,18 @@ def test_without_patches_the_driver_is_left_out_and_the_defaults_stay():
 
 
 @pytest.mark.upstream("kamaji-kubelet-config-typed-decode")
-@pytest.mark.parametrize("worker_mode", ["container", "remote"])
-def test_every_patch_the_program_gives_kamaji_survives_its_typed_decode(worker_mode):
-    tenant = TenantConfig(name="tenant-a", worker_mode=worker_mode)
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"worker_mode": "container"},
+        {"worker_mode": "remote"},
+        # the feature gate of a v1.35 DRA tenant (builders/hami_dra.py)
+        {"gpu_sharing": "dra", "gpus": ({"model": "L4"},)},
+    ],
+    ids=["container", "remote", "dra-v1.35"],
+)
+def test_every_patch_the_program_gives_kamaji_survives_its_typed_decode(fields):
+    tenant = TenantConfig(name="tenant-a", **fields)
     patches = kubelet_patches(tenant)
     assert patches, "the program patches the kubelet-config of every worker mode"
     config = kkc.configuration(tenant_control_plane_manifest(tenant, ADDRESS))

@@ -146,6 +146,20 @@ def test_controller_manager_and_scheduler_args_are_kamajis():
 
 
 @pytest.mark.upstream("kamaji-controller-manager-and-scheduler-flags")
+def test_a_dra_tenants_gate_reaches_its_scheduler_and_controller_manager():
+    tcp = program_tcp(gpu_sharing="dra", gpus=({"model": "L4"},))
+    tcp["spec"]["controlPlane"]["deployment"]["extraArgs"]["scheduler"].append(
+        "--leader-elect=false"
+    )
+    args = kr.control_plane_args(tcp, datastore_endpoints=ETCD)
+    gate = "--feature-gates=DRAConsumableCapacity=true"
+    assert gate in args["kube-controller-manager"]
+    assert gate in args["kube-scheduler"]
+    assert "--leader-elect=true" in args["kube-scheduler"]  # Kamaji's own flag wins there
+    assert args["kube-scheduler"][1:] == sorted(args["kube-scheduler"][1:])
+
+
+@pytest.mark.upstream("kamaji-controller-manager-and-scheduler-flags")
 def test_the_component_kubeconfigs_go_through_the_pods_loopback():
     assert kr.component_kubeconfig_server(program_tcp()) == "https://127.0.0.1:6443"
 

@@ -125,12 +125,3 @@ def webhook_pod(pod: dict[str, Any]) -> dict[str, Any]:
         resources.setdefault("claims", []).append({"name": claim})
         out["metadata"].setdefault("labels", {})[DRA_LABEL] = "true"
     return out
-
-
-_UNITS = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
-
-
-def quantity(text: str) -> int:
-    """An integral Kubernetes quantity (`20000Mi`, `20971520k`, `25`) as a number."""
-    number = text.rstrip("kMGi")
-    return int(number) * _UNITS[text[len(number) :]]

@@ -85,7 +85,7 @@ class PulumiWorkspace:
 
     def init_stack(self, stack: str) -> None:
         self.pulumi("stack", "init", stack)
-        if stack == "nvml":
+        if stack in ("nvml", "dra"):  # they read the lab stack's management cluster
             self.seed_lab_outputs()
         if stack == "gpu":
             # As Pulumi.gpu.yaml tells the user to.

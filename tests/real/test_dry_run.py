@@ -24,7 +24,7 @@ from tests.support.pulumi_harness import (
     stack_config,
 )
 
-STACKS = ("lab", "nvml", "gpu")
+STACKS = ("lab", "nvml", "gpu", "dra")
 # The gpu stack's two secrets, set as Pulumi.gpu.yaml tells the user to.
 GPU_SECRETS = {"managementKubeconfig": FAKE_KUBECONFIG, "sshPrivateKey": "fake-ssh-key"}
 # API groups served by a bare kube-apiserver (no CRDs, no aggregated APIs).

@@ -16,7 +16,7 @@ import pytest
 from binaries import bin_path
 from pulumi_workspace import PulumiWorkspace, error_lines
 
-STACKS = ("lab", "nvml", "gpu")
+STACKS = ("lab", "nvml", "gpu", "dra")
 PLUGIN_ERROR = re.compile(
     r"error: Could not automatically download and install resource plugin "
     r"'pulumi-resource-(docker|command|kubernetes)' at version v[\d.]+"
@@ -28,6 +28,7 @@ FIRST_COMPONENT = {
     "lab": "HostPreflight preflight",
     "nvml": "ExistingManagementCluster management",
     "gpu": "ExistingManagementCluster management",
+    "dra": "ExistingManagementCluster management",
 }
 
 

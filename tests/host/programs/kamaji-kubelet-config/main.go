@@ -10,8 +10,8 @@
 //
 // Input (stdin, JSON): {"cgroupDriver", "clusterDNS", "clusterDomain", "patches"}, what
 // UploadKubeletConfig passes from the TenantControlPlane (uploadconfig.go:38-42) and the
-// TCP's spec.kubernetes.kubelet.configurationJSONPatches (none: omit or null). Output (stdout): the ConfigMap's
-// `kubelet` value. An error exits 1 with Kamaji's wording on stderr.
+// TCP's spec.kubernetes.kubelet.configurationJSONPatches (none: omit or null). Output
+// (stdout): the ConfigMap's `kubelet` value. An error exits 1 with Kamaji's wording on stderr.
 package main
 
 import (
@@ -29,9 +29,9 @@ import (
 )
 
 type request struct {
-	CgroupDriver  string            `json:"cgroupDriver"`
-	ClusterDNS    []string          `json:"clusterDNS"`
-	ClusterDomain string            `json:"clusterDomain"`
+	CgroupDriver  string          `json:"cgroupDriver"`
+	ClusterDNS    []string        `json:"clusterDNS"`
+	ClusterDomain string          `json:"clusterDomain"`
 	Patches       json.RawMessage `json:"patches"`
 }
 
