@@ -7,6 +7,8 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from builders.kamaji import CERT_MANAGER_NAMESPACE, CERT_MANAGER_REPO, cert_manager_values
+
 RELEASE_TIMEOUT_SECONDS = 600
 
 
@@ -90,4 +92,20 @@ def local_chart_release(
         opts=opts,
         create_namespace=True,
         skip_crds=skip_crds,
+    )
+
+
+def cert_manager_release(
+    resource_name: str, *, version: str, opts: pulumi.ResourceOptions
+) -> k8s.helm.v3.Release:
+    """cert-manager at a pinned version, its CRDs with it: the management cluster's (Kamaji's
+    certificates) and a DRA tenant's (HAMi-DRA's webhook certificate)."""
+    return pinned_release(
+        resource_name,
+        chart="cert-manager",
+        repo=CERT_MANAGER_REPO,
+        version=version,
+        namespace=CERT_MANAGER_NAMESPACE,
+        values=cert_manager_values(),
+        opts=opts,
     )

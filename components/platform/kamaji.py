@@ -16,15 +16,12 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from builders.kamaji import (
-    CERT_MANAGER_NAMESPACE,
-    CERT_MANAGER_REPO,
     KAMAJI_NAMESPACE,
     KAMAJI_RELEASE,
-    cert_manager_values,
     crds_values,
     kamaji_values,
 )
-from components.helm import local_chart_release, pinned_release
+from components.helm import cert_manager_release, local_chart_release
 from components.platform.kamaji_chart import release_chart_path
 from labconfig.kamaji_sources import kamaji_source
 
@@ -48,14 +45,8 @@ class Kamaji(pulumi.ComponentResource):
         super().__init__("kamaji-hami-lab:index:Kamaji", name, None, opts)
         source = kamaji_source(args.image_tag)
         child = pulumi.ResourceOptions(parent=self, provider=args.provider)
-        self.cert_manager = pinned_release(
-            f"{name}-cert-manager",
-            chart="cert-manager",
-            repo=CERT_MANAGER_REPO,
-            version=args.cert_manager_version,
-            namespace=CERT_MANAGER_NAMESPACE,
-            values=cert_manager_values(),
-            opts=child,
+        self.cert_manager = cert_manager_release(
+            f"{name}-cert-manager", version=args.cert_manager_version, opts=child
         )
         charts_dir = args.charts_dir
         self.crds = local_chart_release(

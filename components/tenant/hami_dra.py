@@ -9,8 +9,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from builders.hami_dra import NAMESPACE, RELEASE, WORKLOAD_NAMESPACE, hami_dra_values
-from builders.kamaji import CERT_MANAGER_NAMESPACE, CERT_MANAGER_REPO, cert_manager_values
-from components.helm import pinned_release
+from components.helm import cert_manager_release, pinned_release
 from labconfig.model import TenantConfig
 
 CHART_REPO = "https://project-hami.github.io/HAMi-DRA"
@@ -33,13 +32,9 @@ class HamiDra(pulumi.ComponentResource):
         super().__init__("kamaji-hami-lab:index:HamiDra", name, None, opts)
         on_tenant = pulumi.ResourceOptions(parent=self, provider=args.provider)
         # The chart's webhook certificate is a cert-manager Certificate, with its CA injected.
-        self.cert_manager = pinned_release(
+        self.cert_manager = cert_manager_release(
             f"{name}-cert-manager",
-            chart="cert-manager",
-            repo=CERT_MANAGER_REPO,
             version=args.cert_manager_version,
-            namespace=CERT_MANAGER_NAMESPACE,
-            values=cert_manager_values(),
             opts=pulumi.ResourceOptions.merge(
                 on_tenant, pulumi.ResourceOptions(depends_on=args.depends_on)
             ),

@@ -29,6 +29,7 @@ and ``system:kube-scheduler``, kwok and admin in ``system:masters``.
 
 from __future__ import annotations
 
+import base64
 import ctypes
 import dataclasses
 import datetime
@@ -701,6 +702,17 @@ class ControlPlane:
 
 
 ETCD_DATA_PREFIX = "kamaji-hami-lab-etcd-"
+
+
+def admin_conf(plane: ControlPlane, user: str = "admin", ca_from: ControlPlane | None = None):
+    """The plane's kubeconfig for `user` with the CA inline, as Kamaji's admin.conf has it
+    (``ca_from``: another plane's CA instead, for a TLS client that must not trust this one)."""
+    doc = yaml.safe_load(plane.kubeconfig(user).read_text())
+    cluster = doc["clusters"][0]["cluster"]
+    cluster.pop("certificate-authority")
+    ca = (ca_from or plane).ca_path.read_bytes()
+    cluster["certificate-authority-data"] = base64.b64encode(ca).decode()
+    return doc
 
 
 def _tmpfs_dir() -> Path:

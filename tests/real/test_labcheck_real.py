@@ -20,7 +20,6 @@ Which check proves what about the GPU-memory quota (issue 10; docs/validation.md
 
 from __future__ import annotations
 
-import base64
 import json
 import secrets
 import time
@@ -29,7 +28,7 @@ from typing import Any
 
 import pytest
 import yaml
-from controlplane import ControlPlane, free_port
+from controlplane import ControlPlane, admin_conf, free_port
 
 from labcheck import RUN_ID_LABEL
 from labcheck.checks import ALL_CHECKS
@@ -106,16 +105,6 @@ def planes(start_control_plane) -> Iterator[dict[str, ControlPlane]]:
     finally:
         for plane in started.values():
             plane.stop()
-
-
-def admin_conf(plane: ControlPlane, user: str = "admin", ca_from: ControlPlane | None = None):
-    """The plane's kubeconfig for `user` with the CA inline, as Kamaji's admin.conf has it."""
-    doc = yaml.safe_load(plane.kubeconfig(user).read_text())
-    cluster = doc["clusters"][0]["cluster"]
-    cluster.pop("certificate-authority")
-    ca = (ca_from or plane).ca_path.read_bytes()
-    cluster["certificate-authority-data"] = base64.b64encode(ca).decode()
-    return doc
 
 
 def lab_spec(
