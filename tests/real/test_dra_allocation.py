@@ -6,7 +6,6 @@ its webhook makes for the lab's pod specs (hami_dra_stand_in.py). kwok plays the
 
 from __future__ import annotations
 
-import base64
 import json
 import statistics
 import time
@@ -17,7 +16,7 @@ import hami_dra_stand_in as dra
 import pytest
 import yaml
 from binaries import K8S_NEXT_VERSION, K8S_VERSION
-from controlplane import ControlPlane
+from controlplane import ControlPlane, admin_conf
 
 from builders.control_plane import tenant_control_plane_manifest
 from builders.hami_dra import fake_driver_config
@@ -100,6 +99,14 @@ def claim_results(plane: ControlPlane, pod: str) -> list[dict]:
     return claim["status"]["allocation"]["devices"]["results"]
 
 
+def wait_placed(plane: ControlPlane, pod: str, what: str = "") -> dict:
+    return plane.wait_for_object(
+        "pod", pod, "-n", NAMESPACE,
+        condition=lambda p: p["spec"].get("nodeName") == WORKER,
+        what=what or f"{pod} placed", timeout=60,
+    )  # fmt: skip
+
+
 def wait_unschedulable(plane: ControlPlane, pod: str) -> dict:
     return plane.wait_for_object(
         "pod", pod, "-n", NAMESPACE,
@@ -175,11 +182,7 @@ def labcheck_on(plane: ControlPlane, checks: list[str]) -> dict:
     program's labcheckSpec with the tenant's kubeconfig pointed at the plane."""
     spec = json.loads(run_program(stack_config("dra"), stack="dra").outputs["labcheckSpec"])
     (tenant,) = [t for t in spec["tenants"] if t["name"] == "tenant-dra"]
-    kubeconfig = yaml.safe_load(plane.kubeconfig("admin").read_text())
-    cluster = kubeconfig["clusters"][0]["cluster"]
-    cluster["certificate-authority-data"] = base64.b64encode(plane.ca_path.read_bytes()).decode()
-    del cluster["certificate-authority"]
-    spec["tenants"] = [{**tenant, "kubeconfig": yaml.safe_dump(kubeconfig)}]
+    spec["tenants"] = [{**tenant, "kubeconfig": yaml.safe_dump(admin_conf(plane))}]
     parsed = parse_spec(json.dumps(spec))
     ctx = RunContext(
         spec=parsed, factory=kube_factory(10), clock=SystemClock(), run_id="dra", poll_seconds=0.5
@@ -215,11 +218,7 @@ def test_with_the_gate_off_in_the_scheduler_the_first_pod_takes_the_whole_card(
     server: the slice keeps its shared capacity, yet the scheduler's allocator ignores it."""
     plane = lab_tenant_plane(start_plane, K8S_VERSION, "dra-scheduler-ungated", {})
     admit(plane, share_pod("first", 20000, 25))
-    plane.wait_for_object(
-        "pod", "first", "-n", NAMESPACE,
-        condition=lambda p: p["spec"].get("nodeName") == WORKER,
-        what="first placed", timeout=60,
-    )  # fmt: skip
+    wait_placed(plane, "first")
     assert "shareID" not in claim_results(plane, "first")[0]
     admit(plane, share_pod("second", 20000, 25))
     pod = wait_unschedulable(plane, "second")
@@ -230,7 +229,7 @@ def test_with_the_gate_off_in_the_scheduler_the_first_pod_takes_the_whole_card(
 @pytest.mark.upstream("hami-dra-webhook-claim")
 def test_four_pods_share_the_one_card_each_with_its_own_share(plane):
     pods = [f"share-{i}" for i in range(1, 5)]
-    # One after the other: they fill the cores exactly, which a burst may not (the burst test).
+    # One after the other: a pod of a burst may be left Unschedulable for a while (burst test).
     for name in pods:
         admit(plane, share_pod(name, 20000, 25))
         plane.wait_for_object(
@@ -257,11 +256,7 @@ def test_a_fifth_pod_waits_with_the_schedulers_reason_once_the_cores_are_taken(p
     plane.kubectl(
         "delete", "resourceclaim", dra.claim_name(NAMESPACE, "share-4", "gpu"), "-n", NAMESPACE
     )
-    plane.wait_for_object(
-        "pod", "share-5", "-n", NAMESPACE,
-        condition=lambda p: p["spec"].get("nodeName") == WORKER,
-        what="share-5 placed once share-4 is gone", timeout=60,
-    )  # fmt: skip
+    wait_placed(plane, "share-5", "share-5 placed once share-4 is gone")
 
 
 @pytest.mark.upstream("dra-consumable-capacity-allocation")
@@ -277,11 +272,7 @@ def test_a_pod_that_names_hamis_scheduler_is_never_placed_in_a_dra_tenant(plane)
     # webhook leaves the name as it is. A pod created after it, without the name, is placed.
     admit(plane, share_pod("names-hami", 100, 1, scheduler="hami-scheduler"))
     admit(plane, share_pod("names-none", 100, 1))
-    plane.wait_for_object(
-        "pod", "names-none", "-n", NAMESPACE,
-        condition=lambda p: p["spec"].get("nodeName") == WORKER,
-        what="names-none placed", timeout=60,
-    )  # fmt: skip
+    wait_placed(plane, "names-none")
     stranded = plane.get_json("pod", "names-hami", "-n", NAMESPACE)
     assert stranded["spec"]["schedulerName"] == "hami-scheduler"
     assert not stranded["spec"].get("nodeName")
@@ -293,11 +284,7 @@ def test_a_pod_that_asks_no_cores_takes_none_of_them_as_in_hami(plane):
     # The card's cores requestPolicy default is 0 (builders/hami_dra.py): no gpucores, no
     # compute limit, and the card's cores stay for the pods that ask for them.
     admit(plane, share_pod("no-cores", 100, None))
-    plane.wait_for_object(
-        "pod", "no-cores", "-n", NAMESPACE,
-        condition=lambda p: p["spec"].get("nodeName") == WORKER,
-        what="no-cores placed", timeout=60,
-    )  # fmt: skip
+    wait_placed(plane, "no-cores")
     (result,) = claim_results(plane, "no-cores")
     assert quantity(result["consumedCapacity"]["cores"]) == 0
     assert quantity(result["consumedCapacity"]["memory"]) == 100 * 2**20
@@ -306,11 +293,15 @@ def test_a_pod_that_asks_no_cores_takes_none_of_them_as_in_hami(plane):
 BURST = 20
 
 
-def test_a_burst_of_20_pods_on_one_card_is_placed_by_the_scheduler_alone(start_plane):
+def test_a_burst_of_20_pods_on_one_card_is_placed_at_once_or_waits_for_the_next_claim_change(
+    start_plane,
+):
     """The burst docs/placement-time.md measures for HAMi (20 GPU pods created at once on one
-    node), here with DRA: 20 claims of 4000 MiB and 4 % each on the one A100 (80 % of its cores);
-    nothing holds a node lock, so no Bind waits out kube-scheduler's backoff. (A burst that
-    fills the cores exactly left its last pod Unschedulable in 2 of 16 runs: hami-and-dra.md.)"""
+    node), here with DRA: 20 claims of 4000 MiB and 4 % each on the one A100 (80 % of its
+    cores). Nothing holds a node lock, so no Bind waits out kube-scheduler's backoff; but in
+    about one run in ten the scheduler leaves one pod Unschedulable ("cannot allocate all
+    claims") with capacity left, and it stays so until a claim on the card changes: then it is
+    placed (docs/hami-and-dra.md)."""
     plane = lab_tenant_plane(start_plane, K8S_NEXT_VERSION, "dra-burst")
     pods = [share_pod(f"burst-{i}", 4000, 4) for i in range(1, BURST + 1)]
     claims = [claim for pod in pods for claim in dra.webhook_claims(pod)]
@@ -318,23 +309,34 @@ def test_a_burst_of_20_pods_on_one_card_is_placed_by_the_scheduler_alone(start_p
     started = time.monotonic()
     apply(plane, *(dra.webhook_pod(pod) for pod in pods))
     placed: dict[str, float] = {}
+    stranded: dict[str, str] = {}
     deadline = started + 60
-    while len(placed) < BURST and time.monotonic() < deadline:
+    while len(placed) + len(stranded) < BURST and time.monotonic() < deadline:
         for pod in plane.get_json("pods", "-n", NAMESPACE)["items"]:
-            if pod["spec"].get("nodeName") and pod["metadata"]["name"] not in placed:
-                placed[pod["metadata"]["name"]] = time.monotonic() - started
+            name, condition = pod["metadata"]["name"], scheduled_condition(pod)
+            if pod["spec"].get("nodeName"):
+                placed.setdefault(name, time.monotonic() - started)
+                stranded.pop(name, None)
+            elif condition.get("reason") == "Unschedulable":
+                stranded[name] = condition.get("message", "")
         time.sleep(0.2)
     times = sorted(placed.values())
     print(
         f"\n  DRA burst of {BURST} pods on one A100: {len(times)}/{BURST} placed, "
-        f"median {statistics.median(times):.1f} s, last {times[-1]:.1f} s"
+        f"median {statistics.median(times):.1f} s, last {times[-1]:.1f} s; "
+        f"{len(stranded)} left Unschedulable"
     )
-    stranded = [
-        (pod["metadata"]["name"], scheduled_condition(pod).get("message", ""))
-        for pod in plane.get_json("pods", "-n", NAMESPACE)["items"]
-        if not pod["spec"].get("nodeName")
-    ]
-    assert len(times) == BURST, stranded
-    shares = {claim_results(plane, f"burst-{i}")[0]["shareID"] for i in range(1, BURST + 1)}
-    assert len(shares) == BURST
+    assert len(placed) + len(stranded) == BURST, (placed, stranded)
+    assert all("cannot allocate all claims" in message for message in stranded.values())
     assert times[-1] <= 5, times  # HAMi with the lab's lock wait: last 1.6-1.9 s
+    if stranded:  # a claim on the card changes: one placed pod goes, with its claim
+        gone = next(iter(placed))
+        plane.kubectl("delete", "pod", gone, "-n", NAMESPACE, "--wait=true")
+        plane.kubectl(
+            "delete", "resourceclaim", dra.claim_name(NAMESPACE, gone, "gpu"), "-n", NAMESPACE
+        )
+        for name in stranded:
+            wait_placed(plane, name, f"{name} placed after a claim on the card changed")
+        del placed[gone]
+    present = [*placed, *stranded]
+    assert len({claim_results(plane, name)[0]["shareID"] for name in present}) == len(present)
