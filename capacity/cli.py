@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TextIO
 
 from labcheck.cli import add_spec_arguments, load_spec, now_iso
-from labcheck.cluster import ClusterError, ClusterFactory, Obj, likely_cause
+from labcheck.cluster import ClusterError, ClusterFactory, likely_cause
 from labcheck.runner import SignalGuard
 from labcheck.spec import Spec, SpecError
 from labcheck.waiting import Clock, SystemClock, WaitTimeout
@@ -20,6 +20,7 @@ from .hours import Holding, card_infos, holdings, slice_hours, table, to_csv
 from .mix import Mix, MixError, load_mix, parse_duration
 from .report import TerminalProgress, terminal_lines, write_reports
 from .run import RunSettings, run_capacity
+from .views import RegisteredCard, read_view
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -43,6 +44,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--timeout",
         type=float,
         help="seconds to wait for placement (default: 5 s per pod, at least 60 s)",
+    )
+    p.add_argument(
+        "--compare",
+        metavar="TENANT,TENANT",
+        help="run every entry of the mix in each of these tenants (instead of the tenant it "
+        "names) and report them side by side: e.g. a HAMi tenant and a DRA tenant with the "
+        "same cards",
     )
     p.add_argument(
         "--namespace",
@@ -79,6 +87,10 @@ def main(
     try:
         spec = load_spec(args)
         mix = load_mix(args.mix) if args.mix else None
+        if args.compare:
+            if mix is None:
+                raise MixError("--compare needs --mix FILE")
+            mix = mix.in_tenants([t.strip() for t in args.compare.split(",") if t.strip()])
         window = parse_duration(args.last)
     except (SpecError, MixError) as exc:
         print(f"capacity: {exc}", file=sys.stderr)
@@ -154,17 +166,18 @@ def _hours(
     report_dir: Path | None,
     out: TextIO,
 ) -> int:
-    """Every pod HAMi placed in every tenant, as the API servers list them now."""
+    """Every pod HAMi (or DRA) placed in every tenant, as the API servers list them now."""
     held: list[Holding] = []
     notes: list[str] = []
-    nodes: dict[str, list[Obj]] = {}
+    cards: dict[str, list[RegisteredCard]] = {}
     for t in spec.tenants:
         cl = factory(t.kubeconfig, t.name)
-        nodes[t.name] = cl.list_nodes()
-        h, n = holdings(t.name, cl.list_pods(), now)
+        view = read_view(t.gpu_sharing, cl)
+        cards[t.name] = view.cards(cl.list_nodes())
+        h, n = holdings(t.name, cl.list_pods(), now, view=view)
         held += h
         notes += n
-    report = slice_hours(held, now - window, now, card_infos(nodes), notes)
+    report = slice_hours(held, now - window, now, card_infos(cards), notes)
     out.write("\n".join(table(report)) + "\n")
     if report_dir:
         report_dir.mkdir(parents=True, exist_ok=True)

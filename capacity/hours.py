@@ -1,7 +1,8 @@
-"""Slice-hours: what HAMi allotted, per tenant and per card, over a window (pure).
+"""Slice-hours: what HAMi (or DRA) allotted, per tenant and per card, over a window (pure).
 
-A pod holds its slices (`hami.io/vgpu-devices-allocated`: card UUID, MB, cores) from the moment
-HAMi bound it (`hami.io/bind-time`, Unix seconds) until it ends: the latest `finishedAt` of its
+A pod holds its slices (`hami.io/vgpu-devices-allocated`: card UUID, MB, cores; in a DRA tenant
+its claims' allocations, capacity.views) from the moment it was bound (`hami.io/bind-time`, Unix
+seconds; DRA: PodScheduled's transition) until it ends: the latest `finishedAt` of its
 containers once it Succeeded or Failed, else the end of the window (still running), or, in a
 capacity run, bind time + the mix's duration. MB·hours and core-%·hours are those slices times
 the part of that lifetime inside the window. Cards are keyed by UUID, so tenants whose workers
@@ -17,10 +18,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from labcheck.cluster import Obj
-from labcheck.hami import node_cards, pod_slices
 from labcheck.placement import pod_key
 
-from .records import annotations, bind_time, is_placed
+from .views import HAMI, RegisteredCard, SharingView
 
 ENDED = ("Succeeded", "Failed")
 
@@ -81,27 +81,29 @@ def _finished_at(pod: Obj) -> float | None:
     return max(ends) if ends else None
 
 
-def lifetime(pod: Obj, now: float, duration: int | None = None) -> tuple[float, float] | str:
+def lifetime(
+    pod: Obj, now: float, duration: int | None = None, view: SharingView = HAMI
+) -> tuple[float, float] | str:
     """(start, end) of the pod's slices, or why it has none to count."""
-    if not annotations(pod).get("hami.io/vgpu-devices-allocated"):
-        return "no slices allocated by HAMi"
-    if not is_placed(pod):
-        return "not bound with bind-phase success"
-    start = bind_time(pod)
-    if start is None:
-        return "no hami.io/bind-time"
+    start = view.start(pod)
+    if isinstance(start, str):
+        return start
     if duration is not None:
-        return float(start), float(start + duration)
+        return start, start + duration
     if pod.get("status", {}).get("phase") in ENDED:
         end = _finished_at(pod)
         if end is None:
             return "ended, but no container finishedAt"
-        return float(start), max(float(start), end)
-    return float(start), max(float(start), now)
+        return start, max(start, end)
+    return start, max(start, now)
 
 
 def holdings(
-    tenant: str, pods: Iterable[Obj], now: float, durations: Mapping[str, int | None] | None = None
+    tenant: str,
+    pods: Iterable[Obj],
+    now: float,
+    durations: Mapping[str, int | None] | None = None,
+    view: SharingView = HAMI,
 ) -> tuple[list[Holding], list[str]]:
     """The slices of `pods` (one tenant's API server), and a note per pod left out. A pod
     listed in `durations` (namespace/name) is counted for that long from its bind time."""
@@ -109,27 +111,25 @@ def holdings(
     out: list[Holding] = []
     notes: list[str] = []
     for pod in sorted(pods, key=pod_key):
-        slices = pod_slices(pod)
-        if not slices and not annotations(pod).get("hami.io/vgpu-devices-allocated"):
-            continue  # not a HAMi pod at all
-        span = lifetime(pod, now, durations.get(pod_key(pod)))
+        if not view.asks(pod):
+            continue  # no GPU pod of the tenant's mode
+        span = lifetime(pod, now, durations.get(pod_key(pod)), view)
         if isinstance(span, str):
             notes.append(f"{tenant}: {pod_key(pod)}: {span}")
             continue
+        slices = view.slices(pod)
         out += [Holding(tenant, pod_key(pod), s.uuid, s.mem_mb, s.cores, *span) for s in slices]
     return out, notes
 
 
-def card_infos(nodes_by_tenant: Mapping[str, Iterable[Obj]]) -> dict[str, CardInfo]:
+def card_infos(cards_by_tenant: Mapping[str, Iterable[RegisteredCard]]) -> dict[str, CardInfo]:
     """Every registered card by UUID; a UUID two tenants register is one physical card."""
     seen: dict[str, CardInfo] = {}
-    for tenant, nodes in nodes_by_tenant.items():
-        for node in nodes:
-            name = node.get("metadata", {}).get("name", "")
-            for c in node_cards(node):
-                held = seen.get(c.id)
-                where = (*held.where, f"{tenant}/{name}") if held else (f"{tenant}/{name}",)
-                seen[c.id] = CardInfo(c.id, c.type, c.devmem, where)
+    for tenant, cards in cards_by_tenant.items():
+        for c in cards:
+            held = seen.get(c.uuid)
+            where = (*held.where, f"{tenant}/{c.node}") if held else (f"{tenant}/{c.node}",)
+            seen[c.uuid] = CardInfo(c.uuid, c.type, c.devmem, where)
     return seen
 
 

@@ -12,6 +12,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     StrictInt,
     ValidationError,
     field_validator,
@@ -111,6 +112,8 @@ class Mix(_Model):
     name: str = ""
     description: str = ""
     entries: list[Entry] = Field(min_length=1)
+    # Set by in_tenants: the tenants the same entries run in, for a side-by-side report.
+    _compared: tuple[str, ...] = PrivateAttr(default=())
 
     # On the field, not the model: the error names its key, mix.entries.
     @field_validator("entries")
@@ -134,6 +137,27 @@ class Mix(_Model):
 
     def pod_count(self) -> int:
         return sum(e.count for e in self.entries)
+
+    @property
+    def compared(self) -> tuple[str, ...]:
+        return self._compared
+
+    def in_tenants(self, tenants: Sequence[str]) -> Mix:
+        """The same entries in each of `tenants` instead of the tenant each names: one mix on
+        tenants with the same cards and another GPU-sharing mode, reported side by side."""
+        names = list(dict.fromkeys(tenants))
+        if len(names) < 2:
+            raise MixError("--compare: name at least two tenants, separated by commas")
+        total = self.pod_count() * len(names)
+        if total > MAX_PODS:
+            raise MixError(
+                f"--compare: {total} pods in all ({self.pod_count()} per tenant): "
+                f"at most {MAX_PODS} per run"
+            )
+        entries = [e.model_copy(update={"tenant": t}) for e in self.entries for t in names]
+        out = self.model_copy(update={"entries": entries})
+        out._compared = tuple(names)
+        return out
 
 
 def _loc(loc: Sequence[int | str]) -> str:

@@ -37,11 +37,16 @@ def pod_name(run_id: str, entry: str, i: int) -> str:
 
 
 def plan_pods(mix: Mix, run_id: str) -> list[PlannedPod]:
-    """Every pod of the mix, in creation order: entry by entry, as the file lists them."""
+    """Every pod of the mix, in creation order: entry by entry, as the file lists them; in a
+    comparison (Mix.in_tenants) each pod in every tenant in turn, so each tenant sees the same
+    pace of creates."""
+    width = len(mix.compared) or 1
+    groups = [mix.entries[i : i + width] for i in range(0, len(mix.entries), width)]
     return [
         PlannedPod(e.tenant, e.name, pod_name(run_id, e.name, i), e.gpus, e.duration)
-        for e in mix.entries
-        for i in range(e.count)
+        for group in groups
+        for i in range(group[0].count)
+        for e in group
     ]
 
 

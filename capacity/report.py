@@ -47,14 +47,63 @@ class TerminalProgress:
             self.out.write("\n")
 
 
-def placement_times(result: CapacityResult) -> dict[str, float]:
+def placement_times(result: CapacityResult, tenant: str | None = None) -> dict[str, float]:
     # A pod placed at the first poll settled after 0.0 s: a time like any other.
-    times = [
-        p.settled_after for p in result.pods if p.state == PLACED and p.settled_after is not None
-    ]
+    pods = result.pods if tenant is None else result.of_tenant(tenant)
+    times = [p.settled_after for p in pods if p.state == PLACED and p.settled_after is not None]
     if not times:
         return {}
     return {"median": statistics.median(times), "last": max(times)}
+
+
+def tenant_summary(result: CapacityResult, tenant: str) -> dict[str, Any]:
+    """One tenant's part of the run: what a side-by-side comparison puts in a column."""
+    pods = result.of_tenant(tenant)
+    placed = [p for p in pods if p.state == PLACED]
+    hours = result.hours.by_tenant.get(tenant) if result.hours else None
+    return {
+        "gpuSharing": result.modes.get(tenant, ""),
+        "pods": len(pods),
+        "podsPlaced": len(placed),
+        "cardsUsed": len({s.uuid for p in placed for s in p.slices}),
+        "wholeGpuBaseline": sum(p.planned.gpus for p in pods),
+        "didNotFit": sum(p.state not in (PLACED, PENDING) for p in pods),
+        "stillPending": sum(p.state == PENDING for p in pods),
+        "placementSeconds": placement_times(result, tenant),
+        "mbHours": round(hours.mb_hours, 1) if hours else 0.0,
+        "corePctHours": round(hours.core_hours, 1) if hours else 0.0,
+    }
+
+
+def side_by_side(result: CapacityResult) -> list[str]:
+    """The compared tenants in columns, one row per question (empty unless a comparison)."""
+    tenants = list(result.mix.compared)
+    if not tenants:
+        return []
+    cols = {t: tenant_summary(result, t) for t in tenants}
+
+    def seconds(t: str, key: str) -> str:
+        value = cols[t]["placementSeconds"].get(key)
+        return "-" if value is None else f"{value:.1f} s"
+
+    rows = [
+        ("GPU sharing", lambda t: cols[t]["gpuSharing"]),
+        ("pods placed", lambda t: f"{cols[t]['podsPlaced']}/{cols[t]['pods']}"),
+        ("cards used", lambda t: str(cols[t]["cardsUsed"])),
+        ("whole GPUs", lambda t: str(cols[t]["wholeGpuBaseline"])),
+        ("did not fit", lambda t: str(cols[t]["didNotFit"])),
+        ("still pending", lambda t: str(cols[t]["stillPending"])),
+        ("placed, median", lambda t: seconds(t, "median")),
+        ("placed, last", lambda t: seconds(t, "last")),
+        ("MB·h", lambda t: f"{cols[t]['mbHours']:.1f}"),
+        ("core-%·h", lambda t: f"{cols[t]['corePctHours']:.1f}"),
+    ]
+    width = max(14, *(len(t) for t in tenants))
+    lines = ["side by side (each tenant's times from its own first create):"]
+    lines.append(f"  {'':16}" + "".join(f"{t:>{width + 2}}" for t in tenants))
+    for label, cell in rows:
+        lines.append(f"  {label:16}" + "".join(f"{cell(t):>{width + 2}}" for t in tenants))
+    return lines
 
 
 def terminal_lines(result: CapacityResult) -> list[str]:
@@ -86,6 +135,7 @@ def terminal_lines(result: CapacityResult) -> list[str]:
         )
     if result.hours is not None and result.hours.by_tenant:
         lines += table(result.hours)
+    lines += side_by_side(result)
     lines += [f"note: {n}" for n in result.notes]
     if result.interrupted is not None:
         lines.append("INTERRUPTED: the run stopped early; what it created was removed")
@@ -137,6 +187,8 @@ def to_json(result: CapacityResult) -> dict[str, Any]:
             for p in result.pods
         ],
         "cards": {t: m.to_json() for t, m in result.maps.items()},
+        "byTenant": {t: tenant_summary(result, t) for t in result.mix.tenants},
+        "compared": list(result.mix.compared),
         "sliceHours": rows(result.hours) if result.hours else [],
         "namespace": result.namespace,
         "notes": result.notes,

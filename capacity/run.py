@@ -1,5 +1,6 @@
-"""The capacity run: create the mix's pods in their tenants, let HAMi place them, read what it
-did, and always remove what the run created (also on failure and on Ctrl-C)."""
+"""The capacity run: create the mix's pods in their tenants, let HAMi (or, in a DRA tenant,
+kube-scheduler with HAMi-DRA's claims) place them, read what it did, and always remove what the
+run created (also on failure and on Ctrl-C)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from labcheck import dra
 from labcheck.cluster import Cluster, ClusterError, ClusterFactory, Obj
 from labcheck.context import default_service_account_probe
-from labcheck.hami import Slice, pending_reason, pod_slices
+from labcheck.hami import Slice, pending_reason
 from labcheck.objects import Created, Tracker
-from labcheck.placement import TenantMap, tenant_map
+from labcheck.placement import TenantMap
 from labcheck.runner import Interrupted, SignalGuard
 from labcheck.spec import Spec, lock_burst_budget
 from labcheck.waiting import Clock, wait_for
@@ -20,7 +22,7 @@ from labcheck.waiting import Clock, wait_for
 from .hours import HoursReport, card_infos, holdings, slice_hours
 from .mix import Mix, check_tenants
 from .plan import PlannedPod, namespace_name, plan_pods, pod_manifest, run_labels
-from .records import is_placed, unfit_message
+from .views import RegisteredCard, SharingView, read_slices, read_view
 
 PLACED, UNFIT, REFUSED, PENDING = "placed", "did not fit", "refused", "pending"
 # What the API server's RBAC authorizer says when it refuses a request (fact
@@ -29,6 +31,10 @@ RBAC_REFUSAL = " cannot create resource "
 NODES_NEEDED = (
     "the run reads the cards HAMi registered on the nodes, so it needs `list nodes` "
     "(cluster-scoped: a ClusterRole; see docs/capacity.md, 'As a tenant user')"
+)
+SLICES_NEEDED = (
+    "in a DRA tenant the run reads the cards from the driver's ResourceSlices, so it also "
+    "needs `list resourceslices` (resource.k8s.io, cluster-scoped; docs/capacity.md)"
 )
 
 
@@ -62,12 +68,16 @@ class CapacityResult:
     namespace: str = ""  # where the run's pods were created
     own_namespace: bool = True  # created (and deleted) by the run; False with --namespace
     notes: list[str] = field(default_factory=list)
+    modes: dict[str, str] = field(default_factory=dict)  # tenant -> gpuSharing (hami, dra)
 
     def count(self, *states: str) -> int:
         return sum(p.state in states for p in self.pods)
 
     def cards_used(self) -> list[str]:
         return sorted({s.uuid for p in self.pods if p.state == PLACED for s in p.slices})
+
+    def of_tenant(self, tenant: str) -> list[PodResult]:
+        return [p for p in self.pods if p.planned.tenant == tenant]
 
     def verdict(self) -> str:
         placed, unfit = self.count(PLACED), self.count(UNFIT, REFUSED)
@@ -91,7 +101,7 @@ class _NoProgress:
 @dataclass
 class RunSettings:
     timeout: float | None = None  # None: labcheck's burst budget, 5 s per pod (>= 60 s)
-    poll_seconds: float = 1.0
+    poll_seconds: float = 0.25  # placement times are read at this step
     wall: Callable[[], float] = time.time  # Unix time, for HAMi's bind-time stamps
     # An existing namespace to create the pods in (neither created nor deleted by the run): a
     # tenant user who may not create namespaces (cluster-scoped) can still run a mix.
@@ -104,15 +114,20 @@ def _await_service_account(cl: Cluster, ns: str, clock: Clock, timeout: float) -
     wait_for(probe, what=f"ServiceAccount {ns}/default", timeout=timeout, clock=clock)
 
 
-def _read_nodes(tenant: str, cl: Cluster) -> None:
-    """Before anything is created: the run cannot report without the nodes, so a user who may
-    not read them learns it at once, with the permission named."""
-    try:
-        cl.list_nodes()
-    except ClusterError as exc:
-        if exc.status != 403:
-            raise
-        raise ClusterError(403, f"{tenant}: {NODES_NEEDED}; {exc.message}") from None
+def _read_nodes(tenant: str, cl: Cluster, mode: str) -> None:
+    """Before anything is created: the run cannot report without the nodes (and a DRA
+    tenant's slices), so a user who may not read them learns it at once, with the permission
+    named."""
+    reads: list[tuple[str, Callable[[], object]]] = [(NODES_NEEDED, cl.list_nodes)]
+    if mode == "dra":
+        reads.append((SLICES_NEEDED, lambda: read_slices(cl)))
+    for needed, read in reads:
+        try:
+            read()
+        except ClusterError as exc:
+            if exc.status != 403:
+                raise
+            raise ClusterError(403, f"{tenant}: {needed}; {exc.message}") from None
 
 
 def _create_namespace(tenant: str, cl: Cluster, ns: str, run_id: str) -> None:
@@ -128,18 +143,20 @@ def _create_namespace(tenant: str, cl: Cluster, ns: str, run_id: str) -> None:
         ) from None
 
 
-def _observe(result: CapacityResult, pods: dict[str, Obj], tenant: str, elapsed: float) -> None:
+def _observe(
+    result: CapacityResult, pods: dict[str, Obj], tenant: str, elapsed: float, view: SharingView
+) -> None:
     for rec in result.pods:
         if rec.planned.tenant != tenant or rec.state != PENDING:
             continue
         pod = pods.get(rec.planned.name)
         if pod is None:
             continue
-        if is_placed(pod):
+        if view.placed(pod):
             rec.state, rec.settled_after = PLACED, elapsed
             rec.node = pod["spec"]["nodeName"]
-            rec.slices = pod_slices(pod)
-        elif message := unfit_message(pod):
+            rec.slices = view.slices(pod)
+        elif message := view.unfit(pod):
             rec.state, rec.reason, rec.settled_after = UNFIT, message, elapsed
         else:
             rec.reason = pending_reason(pod, []) or "no scheduling verdict yet"
@@ -166,16 +183,18 @@ def run_capacity(
     result = CapacityResult(spec.stack, run_id, mix, namespace=ns, own_namespace=own)
     tracker = Tracker()
     clusters = {t: factory(spec.tenant(t).kubeconfig, t) for t in mix.tenants}
+    modes = result.modes = {t: spec.tenant(t).gpu_sharing for t in mix.tenants}
     try:
         for tenant, cl in clusters.items():
-            _read_nodes(tenant, cl)
+            _read_nodes(tenant, cl, modes[tenant])
         for tenant, cl in clusters.items() if own else ():
             _create_namespace(tenant, cl, ns, run_id)
             tracker.add(Created(cl, "namespace", ns))
         for cl in clusters.values() if own else ():
             _await_service_account(cl, ns, clock, spec.timeouts.api_seconds)
-        start = clock.now()
+        starts: dict[str, float] = {}  # each tenant's first create: its pods' time zero
         for planned in plan_pods(mix, run_id):
+            starts.setdefault(planned.tenant, clock.now())
             rec = PodResult(planned, ns)
             result.pods.append(rec)
             cl = clusters[planned.tenant]
@@ -193,9 +212,12 @@ def run_capacity(
                     raise
                 tracker.forget(item)
                 rec.state, rec.reason, rec.settled_after = REFUSED, exc.message, 0.0
-        _wait_placed(result, clusters, ns, clock, start, timeout, settings.poll_seconds, progress)
+        waiting = Waiting(
+            clusters, modes, ns, clock, starts, timeout, settings.poll_seconds, tracker
+        )
+        _wait_placed(result, waiting, progress)
         _explain(result, clusters, ns)
-        _snapshot(result, clusters, settings.wall())
+        _snapshot(result, clusters, modes, settings.wall())
     except Interrupted as exc:
         result.interrupted = exc.signum
     except ClusterError as exc:
@@ -226,27 +248,54 @@ def cleanup_failure(result: CapacityResult) -> str:
     )
 
 
-def _wait_placed(
-    result: CapacityResult,
-    clusters: dict[str, Cluster],
-    ns: str,
-    clock: Clock,
-    start: float,
-    timeout: float,
-    poll: float,
-    progress: Progress,
-) -> None:
+@dataclass
+class Waiting:
+    """What the wait for placement polls: each tenant's API server and GPU-sharing mode."""
+
+    clusters: dict[str, Cluster]
+    modes: dict[str, str]
+    namespace: str
+    clock: Clock
+    starts: dict[str, float]  # each tenant's first create
+    timeout: float
+    poll: float
+    tracker: Tracker
+
+    def track_claims(self, tenant: str, pods: dict[str, Obj]) -> None:
+        """The claims HAMi-DRA's webhook made for the run's pods: nothing but a webhook on pod
+        DELETE with failurePolicy Ignore removes them (fact `hami-dra-claim-cleanup`), so the
+        run deletes them itself (with its namespace, or by name in --namespace)."""
+        known = {(i.name, i.namespace) for i in self.tracker.items if i.kind == "resourceclaim"}
+        for pod in pods.values():
+            for name in dra.claim_names(pod):
+                if (name, self.namespace) not in known:
+                    known.add((name, self.namespace))
+                    claim = Created(self.clusters[tenant], "resourceclaim", name, self.namespace)
+                    self.tracker.add(claim)
+
+
+def _wait_placed(result: CapacityResult, w: Waiting, progress: Progress) -> None:
+    first = min(w.starts.values(), default=w.clock.now())
     while True:
-        for tenant, cl in clusters.items():
-            pods = {p["metadata"]["name"]: p for p in cl.list_pods(ns)}
-            _observe(result, pods, tenant, clock.now() - start)
-        elapsed = clock.now() - start
+        for tenant, cl in w.clusters.items():
+            ours = {p.planned.name for p in result.of_tenant(tenant)}
+            pods = {
+                p["metadata"]["name"]: p
+                for p in cl.list_pods(w.namespace)
+                if p["metadata"]["name"] in ours
+            }
+            view = read_view(w.modes[tenant], cl, w.namespace)
+            if view.mode == "dra":
+                w.track_claims(tenant, pods)
+            start = w.starts.get(tenant, first)
+            _observe(result, pods, tenant, w.clock.now() - start, view)
+        elapsed = w.clock.now() - first
         progress.update(result, elapsed)
-        if not result.count(PENDING) or elapsed >= timeout:
+        if not result.count(PENDING) or elapsed >= w.timeout:
             settled = [p.settled_after for p in result.pods if p.settled_after is not None]
             result.placement_seconds = max(settled, default=0.0)
             return
-        clock.sleep(min(poll, timeout - elapsed))
+        w.clock.sleep(min(w.poll, w.timeout - elapsed))
 
 
 def _explain(result: CapacityResult, clusters: dict[str, Cluster], ns: str) -> None:
@@ -267,38 +316,61 @@ def _explain(result: CapacityResult, clusters: dict[str, Cluster], ns: str) -> N
             rec.reason = " | ".join([rec.reason, *dict.fromkeys(texts)])
 
 
-def _snapshot(result: CapacityResult, clusters: dict[str, Cluster], now: float) -> None:
-    """The cards as HAMi holds them now (other workloads included), and the run's slice-hours:
-    each pod for the mix's duration from its bind time, or until now when the mix gives none."""
-    nodes: dict[str, list[Obj]] = {}
+def _snapshot(
+    result: CapacityResult, clusters: dict[str, Cluster], modes: dict[str, str], now: float
+) -> None:
+    """The cards as HAMi (or DRA) holds them now (other workloads included), and the run's
+    slice-hours: each pod for the mix's duration from its bind time, or until now when the mix
+    gives none."""
+    cards: dict[str, list[RegisteredCard]] = {}
     held, notes = [], []
-    # The run's slice-hours are those of the pods its verdict counts as placed: one HAMi bound
-    # after the wait ended is still pending in the verdict, and only the cards show it.
+    # The run's slice-hours are those of the pods its verdict counts as placed: one bound after
+    # the wait ended is still pending in the verdict, and only the cards show it.
     durations = {p.key: p.planned.duration for p in result.pods if p.state == PLACED}
     ours = set(durations)
     for tenant, cl in clusters.items():
-        nodes[tenant] = cl.list_nodes()
-        pods = _visible_pods(result, tenant, cl)
-        result.maps[tenant] = tenant_map(tenant, nodes[tenant], pods)
+        nodes = cl.list_nodes()
+        pods, namespace = _visible_pods(result, tenant, cl)
+        view = _visible_view(result, tenant, cl, modes[tenant], namespace)
+        result.maps[tenant] = view.tenant_map(tenant, nodes, pods)
+        cards[tenant] = view.cards(nodes)
         mine = [p for p in pods if f"{p['metadata']['namespace']}/{p['metadata']['name']}" in ours]
-        h, n = holdings(tenant, mine, now, durations)
+        h, n = holdings(tenant, mine, now, durations, view)
         held += h
         notes += n
     since = min((h.start for h in held), default=now)
     until = max((h.end for h in held), default=now)
-    result.hours = slice_hours(held, since, until, card_infos(nodes), notes)
+    result.hours = slice_hours(held, since, until, card_infos(cards), notes)
 
 
-def _visible_pods(result: CapacityResult, tenant: str, cl: Cluster) -> list[Obj]:
-    """Every pod of the tenant, for the cards' other workloads; a user who may list pods only
-    in the run's namespace gets a table of that namespace's pods, and a note saying so."""
+def _visible_pods(result: CapacityResult, tenant: str, cl: Cluster) -> tuple[list[Obj], str | None]:
+    """Every pod of the tenant, for the cards' other workloads, and the namespace they were
+    read in (None: all); a user who may list pods only in the run's namespace gets a table of
+    that namespace's pods, and a note saying so."""
     try:
-        return cl.list_pods()
+        return cl.list_pods(), None
     except ClusterError as exc:
         if exc.status != 403:
             raise
     result.notes.append(
         f"{tenant}: pods of other namespaces not readable (403 list pods at the cluster scope): "
-        f"the cards show only the pods of {result.namespace}; HAMi placed them among all"
+        f"the cards show only the pods of {result.namespace}; they were placed among all"
     )
-    return cl.list_pods(result.namespace)
+    return cl.list_pods(result.namespace), result.namespace
+
+
+def _visible_view(
+    result: CapacityResult, tenant: str, cl: Cluster, mode: str, namespace: str | None
+) -> SharingView:
+    """The tenant's claims where its pods were read, or in the run's namespace when the user
+    may not list them at the cluster scope (with a note)."""
+    try:
+        return read_view(mode, cl, namespace)
+    except ClusterError as exc:
+        if exc.status != 403 or namespace is not None:
+            raise
+    result.notes.append(
+        f"{tenant}: ResourceClaims of other namespaces not readable (403 at the cluster scope): "
+        f"the cards show only the claims of {result.namespace}"
+    )
+    return read_view(mode, cl, result.namespace)

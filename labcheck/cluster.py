@@ -65,6 +65,9 @@ class Cluster(Protocol):
         namespace: str | None = None,
         dry_run: bool = False,
     ) -> Obj: ...
+    def delete_custom(
+        self, group: str, version: str, plural: str, name: str, namespace: str | None = None
+    ) -> None: ...
 
 
 # Builds a Cluster from a kubeconfig dict; label names it in evidence.

@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
+
+from .hami import Slice
 
 GROUP, VERSION = "resource.k8s.io", "v1"
 DRIVER = "hami-core-gpu.project-hami.io"
@@ -32,3 +35,85 @@ def devices_by_node(slices: list[dict[str, Any]]) -> dict[str, list[dict[str, An
 def capacity(device: dict[str, Any], name: str) -> int:
     value = (device.get("capacity") or {}).get(name, {}).get("value")
     return quantity(value) if value is not None else 0
+
+
+# kube-scheduler's DynamicResources plugin, when no node has devices for a pod's claims
+# (fact `dra-consumable-capacity-allocation`): the pod's PodScheduled=False message names it.
+UNFIT_MESSAGE = "cannot allocate all claims"
+CLAIMS, SLICES = "resourceclaims", "resourceslices"
+
+
+@dataclass(frozen=True)
+class Card:
+    """One device of the driver as its node-local slice publishes it."""
+
+    node: str
+    pool: str
+    name: str
+    uuid: str
+    product: str
+    memory_mb: int
+    cores: int
+
+
+def _attribute(device: dict[str, Any], name: str) -> str:
+    value = (device.get("attributes") or {}).get(name) or {}
+    return str(value.get("string", ""))
+
+
+def cards(slices: list[dict[str, Any]]) -> dict[tuple[str, str], Card]:
+    """Every device of the driver by (pool, device name), the key an allocation result uses."""
+    found: dict[tuple[str, str], Card] = {}
+    for item in slices:
+        spec = item.get("spec", {})
+        if spec.get("driver") != DRIVER or not spec.get("nodeName"):
+            continue
+        pool = (spec.get("pool") or {}).get("name", "")
+        for device in spec.get("devices") or []:
+            name = device.get("name", "")
+            found[(pool, name)] = Card(
+                node=spec["nodeName"],
+                pool=pool,
+                name=name,
+                uuid=_attribute(device, "uuid") or f"{pool}/{name}",
+                product=_attribute(device, "productName"),
+                memory_mb=capacity(device, "memory") // 2**20,
+                cores=capacity(device, "cores"),
+            )
+    return found
+
+
+def claim_names(pod: dict[str, Any]) -> list[str]:
+    """The claims a pod uses: named in its spec, or (from a template) in its status."""
+    named = [
+        c["resourceClaimName"]
+        for c in pod.get("spec", {}).get("resourceClaims") or []
+        if c.get("resourceClaimName")
+    ]
+    generated = [
+        s["resourceClaimName"]
+        for s in pod.get("status", {}).get("resourceClaimStatuses") or []
+        if s.get("resourceClaimName")
+    ]
+    return list(dict.fromkeys(named + generated))
+
+
+def allocation_results(claim: dict[str, Any]) -> list[dict[str, Any]]:
+    """The driver's devices the scheduler allocated to a claim (empty: not allocated)."""
+    results = ((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}
+    return [r for r in results.get("results") or [] if r.get("driver") == DRIVER]
+
+
+def claim_slices(claim: dict[str, Any], known: dict[tuple[str, str], Card]) -> list[Slice]:
+    """A claim's shares of cards as HAMi's slices: card UUID, MiB and cores consumed (a device
+    allocated without consumed capacity is held whole)."""
+    out = []
+    for result in allocation_results(claim):
+        card = known.get((result.get("pool", ""), result.get("device", "")))
+        consumed = result.get("consumedCapacity") or {}
+        uuid = card.uuid if card else f"{result.get('pool')}/{result.get('device')}"
+        whole_mb, whole_cores = (card.memory_mb, card.cores) if card else (0, 0)
+        mem = quantity(consumed["memory"]) // 2**20 if "memory" in consumed else whole_mb
+        cores = quantity(consumed["cores"]) if "cores" in consumed else whole_cores
+        out.append(Slice(uuid, mem, cores))
+    return out

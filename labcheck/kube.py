@@ -260,6 +260,16 @@ class KubeCluster:
         query = [("dryRun", "All")] if dry_run else None
         return self._json("POST", self._custom_path(group, version, plural, namespace), query, body)
 
+    def delete_custom(
+        self, group: str, version: str, plural: str, name: str, namespace: str | None = None
+    ) -> None:
+        path = self._custom_path(group, version, plural, namespace)
+        try:
+            self._request("DELETE", f"{path}/{quote(name)}")
+        except ClusterError as exc:
+            if exc.status != 404:
+                raise
+
 
 def _ws_status(exc: Any) -> int:
     """Websocket failures arrive as ApiException(status=0, reason='Handshake status 500 ...')."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from . import CHECK_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE, RUN_ID_LABEL
+from . import CHECK_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE, RUN_ID_LABEL, dra
 from .cluster import Cluster, ClusterError, Obj
 from .hami import ANN_GPU_POLICY, ANN_NODE_POLICY, RES_CORES, RES_GPU, RES_MEM
 
@@ -90,7 +90,7 @@ def gpu_pod(
 @dataclass
 class Created:
     cluster: Cluster
-    kind: str  # "pod" | "namespace"
+    kind: str  # "pod" | "namespace" | "resourceclaim"
     name: str
     namespace: str = ""
 
@@ -114,6 +114,10 @@ class Tracker:
             try:
                 if item.kind == "pod":
                     item.cluster.delete_pod(item.namespace, item.name)
+                elif item.kind == "resourceclaim":
+                    item.cluster.delete_custom(
+                        dra.GROUP, dra.VERSION, dra.CLAIMS, item.name, item.namespace
+                    )
                 else:
                     item.cluster.delete_namespace(item.name)
             except ClusterError as exc:

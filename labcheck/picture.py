@@ -162,7 +162,8 @@ def _draw_card(ax: Axes, row: _Row, colors: Mapping[str, Color], renderer: Rende
     label = f"{card.node} #{card.index}\n{card.type}, {card.devmem} MB"
     ax.text(-0.01, y, label, ha="right", va="center", fontsize=8.5)
     ax.text(-0.01, core_y, "cores", ha="right", va="center", fontsize=6.5, color=EDGE)
-    caption = f"cores {card.used_cores}%, slots {card.slots_used}/{card.count}"
+    slots = f"slots {card.slots_used}/{card.count}" if card.count else f"{card.slots_used} shares"
+    caption = f"cores {card.used_cores}%, {slots}"
     _caption(ax, core_y + CORE_H / 2 + 0.05, caption, hidden, renderer)
 
 

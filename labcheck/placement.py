@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from . import dra
 from .cluster import Obj
 from .hami import CardState, holds_slices_on, node_cards, pod_slices
 
@@ -29,7 +30,7 @@ class CardMap:
     type: str
     devmem: int
     devcore: int
-    count: int  # split count: how many slices the card takes
+    count: int  # split count: how many slices the card takes (0: no limit, a DRA device)
     segments: tuple[Segment, ...]
     used_mb: int
     used_cores: int
@@ -47,7 +48,7 @@ class CardMap:
             return ""
         if self.free_mb <= 0:
             return "memory full"
-        if self.slots_used >= self.count:
+        if self.count and self.slots_used >= self.count:
             return f"all {self.count} slots taken"
         return "cores all taken"
 
@@ -165,4 +166,50 @@ def tenant_map(tenant: str, nodes: list[Obj], pods: list[Obj]) -> TenantMap:
     for node in sorted(nodes, key=lambda n: n.get("metadata", {}).get("name", "")):
         name = node.get("metadata", {}).get("name", "")
         cards += _node_cards(name, node_cards(node), pods, stray)
+    return TenantMap(tenant, tuple(cards), tuple(stray))
+
+
+def dra_tenant_map(
+    tenant: str, slices: list[Obj], pods: list[Obj], claims: dict[str, Obj]
+) -> TenantMap:
+    """A DRA tenant's cards from its driver's slices, split into the shares the scheduler
+    allocated to the claims of live pods (`claims` by "namespace/name"). A device has no slot
+    count; the next pod gets its free memory (one asking no cores takes none, as in HAMi)."""
+    known = dra.cards(slices)
+    shares: dict[str, dict[str, list[int]]] = {c.uuid: {} for c in known.values()}
+    stray: list[str] = []
+    for pod in sorted(pods, key=pod_key):
+        if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        namespace = pod.get("metadata", {}).get("namespace", "")
+        for name in dra.claim_names(pod):
+            for s in dra.claim_slices(claims.get(f"{namespace}/{name}", {}), known):
+                if s.uuid not in shares:
+                    stray.append(f"{pod_key(pod)} on {s.uuid}")
+                    continue
+                share = shares[s.uuid].setdefault(pod_key(pod), [0, 0])
+                share[0] += s.mem_mb
+                share[1] += s.cores
+    cards = []
+    ordered = sorted(known.values(), key=lambda c: c.node)  # stable: published order per node
+    for c in ordered:
+        held = shares[c.uuid]
+        used_mb = sum(m for m, _ in held.values())
+        index = [k for k in ordered if k.node == c.node].index(c)
+        cards.append(
+            CardMap(
+                node=c.node,
+                index=index,
+                id=c.uuid,
+                type=c.product,
+                devmem=c.memory_mb,
+                devcore=c.cores,
+                count=0,
+                segments=tuple(Segment(p, m, k) for p, (m, k) in held.items()),
+                used_mb=used_mb,
+                used_cores=sum(k for _, k in held.values()),
+                slots_used=len(held),
+                largest_free_mb=max(c.memory_mb - used_mb, 0),
+            )
+        )
     return TenantMap(tenant, tuple(cards), tuple(stray))

@@ -16,6 +16,7 @@ from capacity.hours import (
     to_csv,
 )
 from capacity.records import bind_time, is_placed, unfit_message
+from capacity.views import HAMI
 from tests.capacity.hami_fake import WALL0
 
 H = 3600
@@ -130,7 +131,7 @@ def test_tenants_sharing_one_physical_card_add_up_by_uuid():
         "tenant-a": [node("tenant-a-worker-1", [shared])],
         "tenant-b": [node("tenant-b-worker-1", [shared, ("GPU-own", "NVIDIA L4", 23034)])],
     }
-    cards = card_infos(nodes)
+    cards = card_infos({t: HAMI.cards(n) for t, n in nodes.items()})
     assert cards["GPU-7f3a"].where == ("tenant-a/tenant-a-worker-1", "tenant-b/tenant-b-worker-1")
     held = [
         Holding("tenant-a", "a/x", "GPU-7f3a", 6000, 30, WALL0, WALL0 + 2 * H),

@@ -277,7 +277,7 @@ def test_progress_on_a_terminal_rewrites_one_line():
         clock=lab.clock,
         run_id="1a2b3c4d",
         progress=progress,
-        settings=RunSettings(wall=lab.wall),
+        settings=RunSettings(wall=lab.wall, poll_seconds=1.0),
     )
     progress.end()
     assert out.getvalue() == (

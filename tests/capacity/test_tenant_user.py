@@ -90,7 +90,7 @@ def test_pods_of_other_namespaces_not_readable_leave_a_note_and_the_namespace_s_
     result = run(lab)
     assert result.notes == [
         "tenant-b: pods of other namespaces not readable (403 list pods at the cluster scope): "
-        f"the cards show only the pods of {TEAM}; HAMi placed them among all"
+        f"the cards show only the pods of {TEAM}; they were placed among all"
     ]
     segments = [s.pod for c in result.maps["tenant-b"].cards for s in c.segments]
     assert sorted(segments) == [f"{TEAM}/cap-1a2b3c4d-llm-0", f"{TEAM}/cap-1a2b3c4d-llm-1"]

@@ -15,25 +15,22 @@ that place pods on it:
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import dataclasses
-import json
 import shutil
 import ssl
 import tempfile
-import threading
 import urllib.request
 from collections.abc import Iterator
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from admission_webhook import TlsWebhook
 from binaries import bin_path
-from controlplane import ControlPlane, Process, free_port, wait_until, write_pki
-from hami_extender import HamiExtender, json_handler, scheduler_config
+from controlplane import ControlPlane, Process, free_port, wait_until
+from hami_extender import HamiExtender, scheduler_config
 from test_agent_real import (
     GPU_NODE,
     LAB,
@@ -109,7 +106,7 @@ def registered(admin: Rest) -> bool:
     return ready and {"cpu", GPU_RESOURCE} <= set(status.get("allocatable", {}))
 
 
-class HamiWebhook:
+class HamiWebhook(TlsWebhook):
     """HAMi v2.10.0's mutating webhook, the part the lab relies on (pkg/scheduler/webhook.go:
     53-125): a pod with a container asking ``nvidia.com/gpu`` whose schedulerName is unset or
     ``default-scheduler`` (``--force-overwrite-default-scheduler``, default true) gets
@@ -118,78 +115,44 @@ class HamiWebhook:
     but with failurePolicy Fail (the chart's is Ignore): a broken stand-in must not let pods
     through to the default scheduler unnoticed."""
 
-    def __init__(self, plane: ControlPlane) -> None:
-        self.plane = plane
-        self.pki = write_pki(plane.workdir / "hami-webhook-pki")
-        self.server: ThreadingHTTPServer | None = None
+    name, path = "hami-webhook", "/webhook"
 
-    @staticmethod
-    def review(request: dict) -> dict:
+    def review(self, request: dict) -> dict:
         pod = request["object"]
         asks = any(
             GPU_RESOURCE in (c.get("resources", {}).get("limits") or {})
             for c in pod["spec"].get("containers", [])
         )
-        response: dict[str, Any] = {"uid": request["uid"], "allowed": True}
         if asks and pod["spec"].get("schedulerName", "default-scheduler") == "default-scheduler":
             patch = [{"op": "add", "path": "/spec/schedulerName", "value": SCHEDULER_NAME}]
-            response["patchType"] = "JSONPatch"
-            response["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
-        return response
+            return self.json_patch(request, patch)
+        return {"uid": request["uid"], "allowed": True}
 
-    def serve(self) -> None:
-        def answer(_: str, review: dict) -> dict:
-            response = self.review(review["request"])
-            return {
-                "apiVersion": review["apiVersion"],
-                "kind": review["kind"],
-                "response": response,
-            }
-
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.load_cert_chain(self.pki.serving_cert, self.pki.serving_key)
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), json_handler(answer))
-        self.server.daemon_threads = True
-        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+    def webhooks(self, client_config: dict) -> list[dict]:
         selector = {"matchExpressions": [selector_ignore()]}
-        config = {
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "MutatingWebhookConfiguration",
-            "metadata": {"name": "hami-webhook"},
-            "webhooks": [
-                {
-                    "name": "vgpu.hami.io",
-                    "admissionReviewVersions": ["v1beta1"],
-                    "clientConfig": {
-                        "url": f"https://127.0.0.1:{self.server.server_address[1]}/webhook",
-                        "caBundle": base64.b64encode(self.pki.ca_cert.read_bytes()).decode(),
-                    },
-                    "failurePolicy": "Fail",
-                    "matchPolicy": "Equivalent",
-                    "namespaceSelector": selector,
-                    "objectSelector": selector,
-                    "reinvocationPolicy": "Never",
-                    "rules": [
-                        {
-                            "apiGroups": [""],
-                            "apiVersions": ["v1"],
-                            "operations": ["CREATE"],
-                            "resources": ["pods"],
-                            "scope": "*",
-                        }
-                    ],
-                    "sideEffects": "None",
-                    "timeoutSeconds": 10,
-                }
-            ],
-        }
-        self.plane.kubectl("apply", "-f", "-", input=json.dumps(config))
-
-    def close(self) -> None:
-        if self.server is not None:
-            self.server.shutdown()
-            self.server.server_close()
+        return [
+            {
+                "name": "vgpu.hami.io",
+                "admissionReviewVersions": ["v1beta1"],
+                "clientConfig": client_config,
+                "failurePolicy": "Fail",
+                "matchPolicy": "Equivalent",
+                "namespaceSelector": selector,
+                "objectSelector": selector,
+                "reinvocationPolicy": "Never",
+                "rules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["CREATE"],
+                        "resources": ["pods"],
+                        "scope": "*",
+                    }
+                ],
+                "sideEffects": "None",
+                "timeoutSeconds": 10,
+            }
+        ]
 
 
 def selector_ignore() -> dict:

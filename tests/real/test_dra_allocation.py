@@ -1,7 +1,8 @@
 """A DRA tenant's cards allocated by the real Kubernetes control plane: v1.36.3 with its
 defaults and v1.35.4 with the gates the program gives a DRA tenant through Kamaji's extraArgs,
 against the slices HAMi-DRA's fake plugin publishes for the program's inventory and the claims
-its webhook makes for the lab's pod specs (hami_dra_stand_in.py). kwok plays the kubelets.
+its webhook makes for the lab's pod specs (tests/support/hami_dra_model.py). kwok plays the
+kubelets.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import hami_dra_stand_in as dra
 import pytest
 import yaml
 from binaries import K8S_NEXT_VERSION, K8S_VERSION
@@ -29,6 +29,7 @@ from labcheck.runner import run_checks
 from labcheck.spec import parse_spec
 from labcheck.waiting import SystemClock
 from labconfig.model import TenantConfig
+from tests.support import hami_dra_model as dra
 from tests.support.labcheck_fakes import Quiet
 from tests.support.pulumi_harness import run_program, stack_config
 

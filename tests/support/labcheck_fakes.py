@@ -447,6 +447,13 @@ class FakeServer:
             self.custom[(plural, namespace or "", body["metadata"]["name"], group)] = body
         return copy.deepcopy(body)
 
+    def delete_custom(
+        self, group: str, version: str, plural: str, name: str, namespace: str | None = None
+    ) -> None:
+        self.deleted.append((plural, f"{namespace}/{name}" if namespace else name))
+        if self.custom.pop((plural, namespace or "", name, group), None) is None:
+            raise ClusterError(404, f'{plural} "{name}" not found')
+
     # --- simulation --------------------------------------------------------------------
     def _tunnel(self, namespace: str, name: str) -> Obj:
         if not self.knobs.konnectivity:

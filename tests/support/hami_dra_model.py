@@ -22,6 +22,7 @@ import copy
 from typing import Any
 
 from builders.hami_dra import DEVICE_CLASS, DEVICE_TYPE, DRIVER
+from labcheck.dra import quantity
 
 GPU = "nvidia.com/gpu"
 GPU_MEMORY = "nvidia.com/gpumem"
@@ -80,13 +81,15 @@ def webhook_claims(pod: dict[str, Any]) -> list[dict[str, Any]]:
             continue
         capacity = {}
         if GPU_CORES in limits:
-            capacity["cores"] = str(limits[GPU_CORES])
+            capacity["cores"] = str(quantity(str(limits[GPU_CORES])))
         if GPU_MEMORY in limits:
-            capacity["memory"] = str(int(limits[GPU_MEMORY]) * 1024 * 1024)
+            # The API server hands a webhook its canonical form ("8000" arrives as "8k"); the
+            # webhook reads it as a resource.Quantity.
+            capacity["memory"] = str(quantity(str(limits[GPU_MEMORY])) * 1024 * 1024)
         request: dict[str, Any] = {
             "deviceClassName": DEVICE_CLASS,
             "allocationMode": "ExactCount",
-            "count": int(limits[GPU]),
+            "count": quantity(str(limits[GPU])),
             "selectors": [
                 {"cel": {"expression": f'device.attributes["{DRIVER}"].type == "{DEVICE_TYPE}"'}}
             ],

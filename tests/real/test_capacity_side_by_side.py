@@ -1,0 +1,172 @@
+"""One capacity mix on a HAMi tenant and a DRA tenant with the same cards, side by side
+(`--compare`), against the real programs of each mode.
+
+- HAMi: tenant-b of the `lab` stack (two L4) as in test_capacity_real.py: the real
+  kube-apiserver and kube-scheduler v1.35.4, the real gpu_agent, the extender that plays HAMi's
+  Filter and Bind, HAMi's webhook (hami_placement.py).
+- DRA: the same two L4 as a DRA tenant: the real kube-apiserver, kube-scheduler and
+  kube-controller-manager v1.36.3 with the program's flags, kwok for its worker, the slices
+  HAMi-DRA's fake plugin publishes for the program's inventory, and HAMi-DRA's webhook served
+  over TLS (hami_dra_webhook.py), which makes the claims the scheduler allocates.
+
+capacity runs through its real client, in process, on the program's own labcheckSpec (tenant-b
+as the program writes it; the DRA tenant as the program writes a DRA tenant's entry).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from io import StringIO
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from binaries import K8S_NEXT_VERSION
+from controlplane import ControlPlane, admin_conf, wait_until
+from hami_dra_webhook import HamiDraWebhook
+from hami_placement import PlacementLab, placement_lab, report
+from test_capacity_real import MIX, leftovers
+
+from builders.control_plane import tenant_control_plane_manifest
+from builders.hami_dra import fake_driver_config
+from capacity.cli import main
+from labcheck.dra import quantity
+from labconfig.parse import parse_config
+from tests.support import hami_dra_model as model
+from tests.support.pulumi_harness import run_program, stack_config
+
+HAMI, DRA = "tenant-b", "tenant-b-dra"
+# The lab stack with a third tenant: tenant-b's cards (two L4) shared through DRA. kwok plays its
+# worker, so the (pinned-looking) worker image is never pulled.
+CONFIG = stack_config("lab")
+CONFIG["tenants"] = [
+    *CONFIG["tenants"],
+    {
+        "name": DRA,
+        "workers": 1,
+        "gpuSharing": "dra",
+        "kubernetesVersion": K8S_NEXT_VERSION,
+        "workerImage": f"kindest/node:{K8S_NEXT_VERSION}@sha256:{'0' * 64}",
+        "gpus": [{"model": "L4", "count": 2}],
+    },
+]
+DRA_TENANT = next(t for t in parse_config(CONFIG).tenants if t.name == DRA)
+COMPONENTS = {"scheduler": "kube-scheduler", "controllerManager": "kube-controller-manager"}
+
+
+@pytest.fixture(scope="module")
+def hami_lab(start_control_plane) -> Iterator[PlacementLab]:
+    with placement_lab(start_control_plane("side-hami"), webhook=True) as lab:
+        yield lab
+
+
+@pytest.fixture(scope="module")
+def dra_plane(start_control_plane) -> Iterator[ControlPlane]:
+    tcp = tenant_control_plane_manifest(DRA_TENANT, "172.30.255.202")  # the flags, not the address
+    extra = tcp["spec"]["controlPlane"]["deployment"]["extraArgs"]
+    plane = start_control_plane(
+        "side-dra",
+        kubernetes=K8S_NEXT_VERSION,
+        tenant_args=extra["apiServer"],
+        component_args={COMPONENTS[k]: v for k, v in extra.items() if k in COMPONENTS},
+    )
+    for node in DRA_TENANT.worker_names:
+        plane.create_fake_node(node)
+    config = fake_driver_config(DRA_TENANT.cards, DRA_TENANT.worker_names)
+    objects = [model.device_class(), *model.resource_slices(config)]
+    listed = {"kind": "List", "apiVersion": "v1", "items": objects}
+    plane.kubectl("create", "-f", "-", input=json.dumps(listed))
+    hook = HamiDraWebhook(plane)
+    hook.serve()
+    try:
+        yield plane
+    finally:
+        hook.close()
+        plane.stop()
+
+
+@pytest.fixture(scope="module")
+def side_spec(hami_lab, dra_plane) -> dict[str, Any]:
+    """The program's labcheckSpec for that stack: tenant-b's entry pointed at the HAMi plane, the
+    DRA tenant's at the DRA plane (tenant-a is left out: the mix has no pod there)."""
+    spec = json.loads(run_program(CONFIG, stack="lab").outputs["labcheckSpec"])
+    tenants = {t["name"]: t for t in spec["tenants"]}
+    hami, dra = tenants[HAMI], tenants[DRA]
+    assert dra["gpuSharing"] == "dra"
+    hami["kubeconfig"] = yaml.safe_dump(admin_conf(hami_lab.plane))
+    dra["kubeconfig"] = yaml.safe_dump(admin_conf(dra_plane))
+    spec["tenants"] = [hami, dra]
+    spec["management"]["kubeconfig"] = hami["kubeconfig"]
+    return spec
+
+
+def run(spec: dict, tmp: Path, mix: dict, *extra: str) -> tuple[int, str, dict]:
+    (tmp / "spec.json").write_text(json.dumps(spec))
+    (tmp / "mix.yaml").write_text(yaml.safe_dump(mix))
+    out, err = StringIO(), StringIO()
+    with contextlib.redirect_stderr(err):
+        code = main(
+            ["--spec", str(tmp / "spec.json"), "--mix", str(tmp / "mix.yaml"),
+             "--compare", f"{HAMI},{DRA}", "--report-dir", str(tmp), *extra],
+            out=out,
+        )  # fmt: skip
+    report_file = tmp / "capacity-report.json"
+    assert report_file.exists(), f"exit {code}: {err.getvalue()}{out.getvalue()}"
+    return code, out.getvalue(), json.loads(report_file.read_text())
+
+
+def claims_left(plane: ControlPlane) -> list[str]:
+    items = plane.get_json("resourceclaims", "-A")["items"]
+    return [f"{c['metadata']['namespace']}/{c['metadata']['name']}" for c in items]
+
+
+def wait_nothing_left(*planes: ControlPlane) -> None:
+    for plane in planes:
+        wait_until(
+            lambda p=plane: not leftovers(p) and not claims_left(p),
+            "no pod, namespace or claim of the run left",
+            60,
+        )
+
+
+def dra_allocations(plane: ControlPlane) -> dict[str, tuple[str, int, int]]:
+    """Per claim the scheduler allocated: the device, MiB and cores it consumed."""
+    out = {}
+    for claim in plane.get_json("resourceclaims", "-A")["items"]:
+        allocation = claim.get("status", {}).get("allocation", {})
+        for r in allocation.get("devices", {}).get("results", []):
+            used = r["consumedCapacity"]
+            out[claim["metadata"]["name"]] = (
+                r["device"], quantity(used["memory"]) // 2**20, quantity(used["cores"])
+            )
+    return out
+
+
+@pytest.mark.upstream("dra-consumable-capacity-allocation")
+def test_one_mix_on_a_hami_and_a_dra_tenant_with_the_same_cards(
+    hami_lab, dra_plane, side_spec, tmp_path, capsys
+):
+    seen: dict[str, tuple[str, int, int]] = {}
+    hami_lab.plane  # noqa: B018
+    code, out, data = run(side_spec, tmp_path, MIX)
+    report(capsys, "\n  ".join(line for line in out.splitlines() if line.startswith("  ")))
+    assert code == 0, out
+    by = data["byTenant"]
+    for tenant in (HAMI, DRA):
+        assert (by[tenant]["podsPlaced"], by[tenant]["didNotFit"]) == (4, 1), (tenant, out)
+    assert by[HAMI]["gpuSharing"] == "hami" and by[DRA]["gpuSharing"] == "dra"
+    # The model too large for an L4 fits neither; the DRA one with the scheduler's words.
+    unfit = {u["tenant"]: u for u in data["didNotFit"]}
+    assert "CardInsufficientMemory" in unfit[HAMI]["reason"]
+    assert "cannot allocate all claims" in unfit[DRA]["reason"]
+    # Each DRA pod's slices are what the scheduler wrote into its claim, read back here.
+    del seen
+    dra_pods = [p for p in data["pods"] if p["tenant"] == DRA and p["state"] == "placed"]
+    assert len(dra_pods) == 4
+    for pod in dra_pods:
+        (s,) = pod["slices"]
+        assert s["memMb"] in (8000, 3000) and s["cores"] in (25, 10), pod
+    wait_nothing_left(hami_lab.plane, dra_plane)
