@@ -12,7 +12,7 @@ from typing import Protocol
 from labcheck import dra
 from labcheck.cluster import Cluster, ClusterError, ClusterFactory, Obj
 from labcheck.context import default_service_account_probe
-from labcheck.hami import Slice, pending_reason
+from labcheck.hami import Slice
 from labcheck.objects import Created, Tracker
 from labcheck.placement import TenantMap
 from labcheck.runner import Interrupted, SignalGuard
@@ -159,7 +159,7 @@ def _observe(
         elif message := view.unfit(pod):
             rec.state, rec.reason, rec.settled_after = UNFIT, message, elapsed
         else:
-            rec.reason = pending_reason(pod, []) or "no scheduling verdict yet"
+            rec.reason = view.waiting(pod)
 
 
 def run_capacity(

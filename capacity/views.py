@@ -18,7 +18,7 @@ from typing import NamedTuple, Protocol
 
 from labcheck import dra
 from labcheck.cluster import Cluster, ClusterError, Obj
-from labcheck.hami import ANN_ALLOCATED, Slice, node_cards, pod_slices
+from labcheck.hami import ANN_ALLOCATED, Slice, node_cards, pending_reason, pod_slices
 from labcheck.placement import TenantMap, dra_tenant_map, tenant_map
 
 from .records import bind_time, is_placed, unfit_message
@@ -38,6 +38,7 @@ class SharingView(Protocol):
     def placed(self, pod: Obj) -> bool: ...
     def slices(self, pod: Obj) -> list[Slice]: ...
     def unfit(self, pod: Obj) -> str: ...
+    def waiting(self, pod: Obj) -> str: ...  # why a pod that is neither is still pending
     def start(self, pod: Obj) -> float | str: ...  # when it got its slices, or why it has none
     def tenant_map(self, tenant: str, nodes: list[Obj], pods: list[Obj]) -> TenantMap: ...
     def cards(self, nodes: list[Obj]) -> list[RegisteredCard]: ...
@@ -57,6 +58,9 @@ class HamiView:
 
     def unfit(self, pod: Obj) -> str:
         return unfit_message(pod)
+
+    def waiting(self, pod: Obj) -> str:
+        return pending_reason(pod, []) or "no scheduling verdict yet"
 
     def start(self, pod: Obj) -> float | str:
         if not self.asks(pod):
@@ -124,6 +128,15 @@ class DraView:
                 if dra.UNFIT_MESSAGE in message and not self.room_for(pod):
                     return message
         return ""
+
+    def waiting(self, pod: Obj) -> str:
+        reason = pending_reason(pod, []) or "no scheduling verdict yet"
+        if dra.UNFIT_MESSAGE in reason and (room := self.room_for(pod)):
+            reason += (
+                f" (yet {', '.join(room)} {'has' if len(room) == 1 else 'have'} room: "
+                "kube-scheduler tries the pod again when a claim or slice changes)"
+            )
+        return reason
 
     def room_for(self, pod: Obj) -> list[str]:
         """The cards with the memory and cores every claim of the pod asks for, one device per
