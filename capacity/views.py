@@ -108,12 +108,7 @@ class DraView:
         return bool(dra.claim_names(pod))
 
     def placed(self, pod: Obj) -> bool:
-        claims = self._pod_claims(pod)
-        return (
-            bool(pod.get("spec", {}).get("nodeName"))
-            and bool(claims)
-            and all(dra.allocation_results(c) for c in claims)
-        )
+        return dra.placed(pod, self._pod_claims(pod))
 
     def slices(self, pod: Obj) -> list[Slice]:
         return [s for c in self._pod_claims(pod) for s in dra.claim_slices(c, self._cards)]

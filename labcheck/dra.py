@@ -117,3 +117,12 @@ def claim_slices(claim: dict[str, Any], known: dict[tuple[str, str], Card]) -> l
         cores = quantity(consumed["cores"]) if "cores" in consumed else whole_cores
         out.append(Slice(uuid, mem, cores))
     return out
+
+
+def placed(pod: dict[str, Any], claims: list[dict[str, Any]]) -> bool:
+    """Bound to a node with every claim it uses allocated (`claims`: the pod's, read back)."""
+    return (
+        bool(pod.get("spec", {}).get("nodeName"))
+        and bool(claims)
+        and all(allocation_results(c) for c in claims)
+    )

@@ -4,7 +4,7 @@ checks one after another so each starts from a node with our pods already gone."
 from __future__ import annotations
 
 from ..runner import Check
-from . import dra, extender, gpu, isolation, konnectivity, management, tenant
+from . import dra, dra_pods, extender, gpu, isolation, konnectivity, management, tenant
 
 API = ("tenant.api",)
 GPU = ("tenant.api", "nodes.joined", "hami.webhook")
@@ -83,6 +83,20 @@ ALL_CHECKS: tuple[Check, ...] = (
         "Each worker publishes its cards as shareable devices",
         dra.slices,
         requires=API,
+        sharing=("dra",),
+    ),
+    Check(
+        "dra.sharing",
+        "GPU pods become claims that share one card",
+        dra_pods.sharing,
+        requires=("nodes.joined", "dra.slices"),
+        sharing=("dra",),
+    ),
+    Check(
+        "dra.exhaustion",
+        "One pod too many waits with the scheduler's reason",
+        dra_pods.exhaustion,
+        requires=("nodes.joined", "dra.slices"),
         sharing=("dra",),
     ),
     # Read only (a dry run): whether a burst of GPU pods waits for HAMi's node lock.

@@ -133,8 +133,8 @@ class HamiServer(FakeServer):
 
 
 class HamiLab(FakeLab):
-    def _server(self, name: str, url: str, token: str) -> FakeServer:
-        s = HamiServer(name, self.clock)
+    def _server(self, name: str, url: str, token: str, kind: type[FakeServer] | None = None):
+        s = (kind or HamiServer)(name, self.clock)
         self.servers[url] = s
         self.tokens[token] = url
         return s

@@ -29,13 +29,13 @@ def test_healthy_lab_passes_and_cleans_up():
     assert not bad, bad
     assert out.ok
     skipped = {k for k, v in r.items() if v.status is Status.SKIP}
+    dra_checks = ("dra.slices", "dra.sharing", "dra.exhaustion")
     # tenant-a has a single card; memory limits need real GPUs; both tenants share with HAMi.
     assert skipped == {
         ("gpu.policy", "tenant-a"),
         ("gpu.memory-limit", "tenant-a"),
         ("gpu.memory-limit", "tenant-b"),
-        ("dra.slices", "tenant-a"),
-        ("dra.slices", "tenant-b"),
+        *((c, t) for c in dra_checks for t in ("tenant-a", "tenant-b")),
     }
     assert r[("dra.slices", "tenant-a")].evidence == (
         "a check of dra: this tenant's gpuSharing is hami"

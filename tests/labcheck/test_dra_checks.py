@@ -8,7 +8,8 @@ from builders import hami_dra as built
 from labcheck import dra
 from labcheck.result import Status
 from labconfig.gpu_models import KNOWN_GPU_MODELS
-from tests.support.labcheck_fakes import A100, FakeLab, run_lab, standard_lab
+from tests.support.dra_fake import DraServer
+from tests.support.labcheck_fakes import A100, FakeLab, FakeServer, run_lab, standard_lab
 
 NODE = "tenant-dra-worker-1"
 
@@ -29,7 +30,7 @@ def published_slice(node: str) -> dict:
 
 def with_dra_tenant() -> FakeLab:
     lab = standard_lab()
-    server = lab.add_tenant("tenant-dra", "172.30.255.210", [A100])
+    server = lab.add_tenant("tenant-dra", "172.30.255.210", [A100], kind=DraServer)
     lab.spec["tenants"][-1]["gpuSharing"] = "dra"
     del server.nodes[NODE]["metadata"]["annotations"]["hami.io/node-nvidia-register"]
     publish(server, published_slice(NODE))
@@ -108,3 +109,58 @@ def test_each_mode_found_in_the_other_tenant_fails():
     assert r[("sharing.one-mode", "tenant-a")].status is Status.FAIL
     assert r[("sharing.one-mode", "tenant-a")].seen == "published on ['tenant-a-worker-1']"
     assert r[("sharing.one-mode", "tenant-b")].status is Status.PASS
+
+
+def dra_server(lab: FakeLab) -> DraServer:
+    server = lab.tenant("tenant-dra")
+    assert isinstance(server, DraServer)
+    return server
+
+
+@pytest.mark.upstream("hami-dra-webhook-claim")
+@pytest.mark.upstream("dra-consumable-capacity-allocation")
+def test_two_pods_become_claims_that_share_the_card_each_with_its_own_share():
+    lab = with_dra_tenant()
+    _, r = run_lab(lab, only=["dra.sharing"])
+    result = r[("dra.sharing", "tenant-dra")]
+    assert result.status is Status.PASS, result
+    # A third of the A100 80GB (81920 MiB) and of its cores each.
+    assert result.evidence == f"2 pods share {NODE}/gpu-0: 27306 MiB, 33 % each"
+    assert len(result.detail) == 2 and all(" share " in line for line in result.detail)
+    server = dra_server(lab)
+    assert not server.pods and not server.list_custom(dra.GROUP, dra.VERSION, dra.CLAIMS)
+
+
+def test_a_pod_the_webhook_did_not_rewrite_fails_at_once_with_the_webhook_named():
+    lab = with_dra_tenant()
+    dra_server(lab).create_pod = lambda ns, body, dry_run=False: FakeServer.create_pod(
+        dra_server(lab), ns, body, dry_run
+    )  # the webhook is not there
+    _, r = run_lab(lab, only=["dra.sharing"])
+    result = r[("dra.sharing", "tenant-dra")]
+    assert result.status is Status.FAIL
+    assert result.seen == (
+        "limits ['nvidia.com/gpu', 'nvidia.com/gpucores', 'nvidia.com/gpumem'] kept, 0 claim(s)"
+    )
+    assert "HAMi-DRA's webhook" in result.cause
+
+
+def test_one_pod_too_many_waits_with_the_schedulers_reason_and_nothing_is_left():
+    lab = with_dra_tenant()
+    _, r = run_lab(lab, only=["dra.exhaustion"])
+    result = r[("dra.exhaustion", "tenant-dra")]
+    assert result.status is Status.PASS, result
+    assert result.evidence.startswith(f"1 pod(s) of 49152 MiB placed on {NODE}; one more: ")
+    assert "cannot allocate all claims" in result.evidence
+    server = dra_server(lab)
+    assert not server.pods and not server.list_custom(dra.GROUP, dra.VERSION, dra.CLAIMS)
+
+
+def test_a_scheduler_that_over_allocates_the_card_fails_exhaustion():
+    lab = with_dra_tenant()
+    server = dra_server(lab)
+    server._used = lambda: {}  # every claim finds the card empty: capacity not enforced
+    _, r = run_lab(lab, only=["dra.exhaustion"])
+    result = r[("dra.exhaustion", "tenant-dra")]
+    assert result.status is Status.FAIL
+    assert "consumable capacity not enforced" in result.cause

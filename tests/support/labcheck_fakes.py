@@ -554,7 +554,7 @@ class FakeServer:
                 node.pop("_lock_until")
         for (ns, name), pod in sorted(self.pods.items(), key=lambda kv: kv[1]["_seq"]):
             spec, ann = pod["spec"], pod["metadata"]["annotations"]
-            if spec.get("nodeName"):
+            if spec.get("nodeName") or spec.get("resourceClaims"):  # claims: a DraServer's
                 continue
             limits = spec["containers"][0].get("resources", {}).get("limits", {})
             if not any(k in limits for k in HAMI_RES):
@@ -725,8 +725,8 @@ class FakeLab:
             "spec": {"addresses": ["172.30.255.200-172.30.255.250"]},
         }
 
-    def _server(self, name: str, url: str, token: str) -> FakeServer:
-        s = FakeServer(name, self.clock)
+    def _server(self, name: str, url: str, token: str, kind: type[FakeServer] | None = None):
+        s = (kind or FakeServer)(name, self.clock)
         self.servers[url] = s
         self.tokens[token] = url
         return s
@@ -740,9 +740,10 @@ class FakeLab:
         gpu_mode: str = "simulated",
         quota_mb: int | None = None,
         policy: tuple[str, str] = ("binpack", "spread"),
+        kind: type[FakeServer] | None = None,
     ) -> FakeServer:
         url = f"https://{address}:6443"
-        s = self._server(name, url, f"{name}-token")
+        s = self._server(name, url, f"{name}-token", kind)
         node = f"{name}-worker-1"
         full = [{**c, "count": c.get("count", 10)} for c in cards]
         s.nodes[node] = _node(node, full)

@@ -1,0 +1,97 @@
+"""A DRA tenant's API server for the hermetic tests: HAMi-DRA's webhook (the model of
+tests/support/hami_dra_model.py) on pod create, and kube-scheduler's allocation of consumable
+capacity as the real v1.36.3 showed it in tests/real/test_dra_allocation.py: the first device (in
+the slices' order, on the pod's node selector) with the memory and cores a claim asks left gets
+it, with its own share ID and consumedCapacity; otherwise the pod is Unschedulable with
+"cannot allocate all claims". Not modelled: the burst in which the real scheduler leaves a pod
+with room unplaced (docs/hami-and-dra.md), preemption, several requests per claim.
+"""
+
+from __future__ import annotations
+
+import copy
+import uuid
+from datetime import UTC, datetime
+
+from labcheck import dra
+from tests.support import hami_dra_model as model
+from tests.support.labcheck_fakes import FakeServer, Obj
+
+WALL0 = datetime(2026, 9, 1, tzinfo=UTC).timestamp()
+UNFIT = (
+    "0/1 nodes are available: 1 cannot allocate all claims. still not schedulable, preemption: "
+    "0/1 nodes are available: 1 Preemption is not helpful for scheduling."
+)
+
+
+def _stamp(seconds: float) -> str:
+    return datetime.fromtimestamp(WALL0 + seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class DraServer(FakeServer):
+    def create_pod(self, namespace: str, body: Obj, dry_run: bool = False) -> Obj:
+        pod = copy.deepcopy(body)
+        pod["metadata"]["namespace"] = namespace
+        claims = model.webhook_claims(pod)
+        # Like HAMi-DRA's webhook: the claims are created whatever the request's dryRun says.
+        for claim in claims:
+            self.create_custom(dra.GROUP, dra.VERSION, dra.CLAIMS, claim, namespace)
+        return super().create_pod(namespace, model.webhook_pod(pod) if claims else body, dry_run)
+
+    def _claim(self, namespace: str, name: str) -> Obj | None:
+        return self.custom.get((dra.CLAIMS, namespace, name, dra.GROUP))
+
+    def _used(self) -> dict[tuple[str, str], list[int]]:
+        used: dict[tuple[str, str], list[int]] = {}
+        for (plural, *_), claim in self.custom.items():
+            if plural != dra.CLAIMS:
+                continue
+            for r in dra.allocation_results(claim):
+                held = used.setdefault((r["pool"], r["device"]), [0, 0])
+                held[0] += dra.quantity(r["consumedCapacity"]["memory"]) // 2**20
+                held[1] += dra.quantity(r["consumedCapacity"]["cores"])
+        return used
+
+    def _allocate(self, claim: Obj, node_wanted: str | None) -> str | None:
+        """The first device with room for the claim's one request; its node, or None."""
+        exactly = claim["spec"]["devices"]["requests"][0]["exactly"]
+        asks = (exactly.get("capacity") or {}).get("requests") or {}
+        used = self._used()
+        slices = self.list_custom(dra.GROUP, dra.VERSION, dra.SLICES)
+        for (pool, name), card in dra.cards(slices).items():
+            if node_wanted and card.node != node_wanted:
+                continue
+            mem = dra.quantity(asks["memory"]) // 2**20 if "memory" in asks else card.memory_mb
+            cores = dra.quantity(asks["cores"]) if "cores" in asks else 0
+            held = used.get((pool, name), [0, 0])
+            if held[0] + mem > card.memory_mb or held[1] + cores > card.cores:
+                continue
+            share = str(uuid.uuid5(uuid.NAMESPACE_URL, claim["metadata"]["name"]))
+            result = {
+                "request": "gpu", "driver": dra.DRIVER, "pool": pool, "device": name,
+                "shareID": share, "consumedCapacity": {"memory": f"{mem}Mi", "cores": str(cores)},
+            }  # fmt: skip
+            claim["status"] = {"allocation": {"devices": {"results": [result]}}}
+            return card.node
+        return None
+
+    def _tick(self) -> None:
+        now = self.clock.now()
+        for (ns, _), pod in sorted(self.pods.items(), key=lambda kv: kv[1]["_seq"]):
+            spec = pod["spec"]
+            if spec.get("nodeName") or not spec.get("resourceClaims"):
+                continue
+            want = (spec.get("nodeSelector") or {}).get("kubernetes.io/hostname")
+            (ref,) = spec["resourceClaims"]
+            claim = self._claim(ns, ref["resourceClaimName"])
+            node = self._allocate(claim, want) if claim is not None else None
+            if node is None:
+                condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                             "message": UNFIT, "lastTransitionTime": _stamp(now)}  # fmt: skip
+            else:
+                spec["nodeName"] = node
+                pod["status"]["phase"] = "Running"
+                condition = {"type": "PodScheduled", "status": "True",
+                             "lastTransitionTime": _stamp(now)}  # fmt: skip
+            pod["status"]["conditions"] = [condition]
+        super()._tick()
