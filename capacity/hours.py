@@ -200,16 +200,17 @@ def _stamp(t: float) -> str:
 
 def table(report: HoursReport) -> list[str]:
     hours = (report.until - report.since) / 3600
+    width = max([10, *(len(t) for t in report.by_tenant)])
     lines = [
         f"slice-hours {_stamp(report.since)} .. {_stamp(report.until)} ({hours:.2f} h), "
-        "allocated by HAMi (not measured use)",
-        f"{'TENANT':10} {'CARD':34} {'TYPE':24} {'MB·h':>11} {'core-%·h':>9} {'PODS':>4}",
+        "allocated (not measured use)",
+        f"{'TENANT':{width}} {'CARD':34} {'TYPE':24} {'MB·h':>11} {'core-%·h':>9} {'PODS':>4}",
     ]
     for r in rows(report):
         card = r["card"] if r["card"] != "*" else "(all cards)"
         tenant = r["tenant"] if r["tenant"] != "*" else "(all)"
         lines.append(
-            f"{tenant:10} {card:34} {r['type'][:24]:24} {r['mb_hours']:>11} "
+            f"{tenant:{width}} {card:34} {r['type'][:24]:24} {r['mb_hours']:>11} "
             f"{r['core_pct_hours']:>9} {r['pods']:>4}"
         )
     shared = [c for c in report.cards.values() if len({w.split("/")[0] for w in c.where}) > 1]

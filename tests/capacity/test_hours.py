@@ -157,7 +157,7 @@ def test_tenants_sharing_one_physical_card_add_up_by_uuid():
     lines = table(report)
     assert lines[0] == (
         "slice-hours 2026-09-01T00:00:00+00:00 .. 2026-09-01T02:00:00+00:00 (2.00 h), "
-        "allocated by HAMi (not measured use)"
+        "allocated (not measured use)"
     )
     assert (
         "shared card GPU-7f3a: tenant-a/tenant-a-worker-1, tenant-b/tenant-b-worker-1 "

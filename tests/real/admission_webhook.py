@@ -67,6 +67,10 @@ class TlsWebhook:
         }
         self.plane.kubectl("apply", "-f", "-", input=json.dumps(config))
 
+    def unregister(self) -> None:
+        """Remove the registration: pods are admitted without this webhook again."""
+        self.plane.kubectl("delete", "mutatingwebhookconfiguration", self.name)
+
     def close(self) -> None:
         if self.server is not None:
             self.server.shutdown()

@@ -17,6 +17,7 @@ import pytest
 import yaml
 from binaries import K8S_NEXT_VERSION, K8S_VERSION
 from controlplane import ControlPlane, admin_conf
+from hami_dra_webhook import HamiDraWebhook
 
 from builders.control_plane import tenant_control_plane_manifest
 from builders.hami_dra import fake_driver_config
@@ -35,6 +36,7 @@ from tests.support.pulumi_harness import run_program, stack_config
 
 NAMESPACE = "gpu-workloads"
 WORKER = "tenant-dra-worker-1"
+HOSTNAME = "kubernetes.io/hostname"
 COMPONENTS = {"scheduler": "kube-scheduler", "controllerManager": "kube-controller-manager"}
 # The dra stack's DRA tenant: one A100 80GB on its one worker.
 DRA_TENANT = {"name": "tenant-dra", "gpuSharing": "dra", "gpus": [{"model": "A100-80GB"}]}
@@ -138,7 +140,7 @@ def lab_tenant_plane(
     )
     tenant = dra_tenant(version)
     for node in tenant.worker_names:
-        plane.create_fake_node(node)
+        plane.create_fake_node(node, {HOSTNAME: node})  # as a kubelet labels its node
     apply(
         plane,
         dra.device_class(),
@@ -198,6 +200,28 @@ def test_labcheck_finds_the_cards_published_shareable_and_one_mode(plane):
     assert slices.status is Status.PASS, slices
     assert slices.detail == [f"{WORKER}/gpu-0: 81920 MB, 100 % cores, shareable"]
     assert results[("sharing.one-mode", "tenant-dra")].status is Status.PASS
+
+
+@pytest.mark.upstream("hami-dra-webhook-claim")
+@pytest.mark.upstream("hami-dra-claim-cleanup")
+def test_labcheck_creates_pods_that_share_the_card_and_one_too_many_that_waits(plane):
+    """Before the tests below fill the card: labcheck's DRA pod checks through HAMi-DRA's
+    webhook (its model, served over TLS) and the real scheduler; nothing of theirs is left."""
+    hook = HamiDraWebhook(plane)
+    hook.serve()
+    try:
+        results = labcheck_on(plane, ["dra.sharing", "dra.exhaustion"])
+    finally:
+        hook.unregister()
+        hook.close()
+    shared, full = results[("dra.sharing", "tenant-dra")], results[("dra.exhaustion", "tenant-dra")]
+    assert shared.status is Status.PASS, shared
+    assert shared.evidence == f"2 pods share {WORKER}/gpu-0: 27306 MiB, 33 % each"
+    assert full.status is Status.PASS, full
+    assert "cannot allocate all claims" in full.evidence
+    assert len(hook.claims_created) == 4  # 2 sharing; exhaustion: 1 per card + 1
+    assert plane.get_json("resourceclaims", "-A")["items"] == []
+    assert plane.get_json("pods", "-A")["items"] == []
 
 
 @pytest.mark.upstream("dra-consumable-capacity-gate")
