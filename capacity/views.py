@@ -116,12 +116,17 @@ class DraView:
     def unfit(self, pod: Obj) -> str:
         """The scheduler's "cannot allocate all claims", when no card has room for the pod's
         claims either ("" when a card still has room: kube-scheduler retries such a pod only
-        when a claim or slice changes, so it waits, and is not a verdict on the cards)."""
+        when a claim or slice changes, so it waits, and is not a verdict on the cards); or a
+        GPU resource the webhook does not convert (a percentage of a card), which no node has."""
         for cond in pod.get("status", {}).get("conditions") or []:
             if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
                 message = str(cond.get("message", ""))
                 if dra.UNFIT_MESSAGE in message and not self.room_for(pod):
                     return message
+                if left := dra.unconverted(pod):
+                    # kube-scheduler's NodeResourcesFit: "Insufficient <resource>" on every
+                    # node, for a resource no node has; it never changes.
+                    return f"{message} (HAMi-DRA's webhook leaves {', '.join(left)} on the pod)"
         return ""
 
     def waiting(self, pod: Obj) -> str:

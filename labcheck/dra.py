@@ -41,6 +41,9 @@ def capacity(device: dict[str, Any], name: str) -> int:
 # (fact `dra-consumable-capacity-allocation`): the pod's PodScheduled=False message names it.
 UNFIT_MESSAGE = "cannot allocate all claims"
 CLAIMS, SLICES = "resourceclaims", "resourceslices"
+# What HAMi-DRA's webhook turns into a claim; any other nvidia.com/ limit (gpumem-percentage)
+# stays on the pod as an extended resource no node has (fact `hami-dra-webhook-claim`).
+CONVERTED = ("nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpucores")
 
 
 @dataclass(frozen=True)
@@ -126,3 +129,12 @@ def placed(pod: dict[str, Any], claims: list[dict[str, Any]]) -> bool:
         and bool(claims)
         and all(allocation_results(c) for c in claims)
     )
+
+
+def unconverted(pod: dict[str, Any]) -> list[str]:
+    """The nvidia.com/ limits HAMi-DRA's webhook left on a pod it rewrote."""
+    left: set[str] = set()
+    for container in pod.get("spec", {}).get("containers") or []:
+        limits = (container.get("resources") or {}).get("limits") or {}
+        left |= {k for k in limits if k.startswith("nvidia.com/") and k not in CONVERTED}
+    return sorted(left)

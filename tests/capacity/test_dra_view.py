@@ -134,3 +134,21 @@ def test_a_hami_pod_is_not_counted_in_a_dra_tenant_and_the_reverse():
     hami_pod = {"metadata": {"name": "x", "namespace": "team", "annotations": {}}, "spec": {}}
     assert not view().asks(hami_pod)
     assert not HAMI.asks(pod("llm-0"))
+
+
+@pytest.mark.upstream("hami-dra-webhook-claim")
+def test_a_percentage_the_webhook_left_on_the_pod_is_a_verdict():
+    p = pod("llm-0")
+    del p["spec"]["nodeName"]
+    p["spec"]["containers"][0]["resources"]["limits"] = {"nvidia.com/gpumem-percentage": "50"}
+    message = (
+        "0/1 nodes are available: 1 Insufficient nvidia.com/gpumem-percentage. still not "
+        "schedulable, preemption: 0/1 nodes are available: 1 Preemption is not helpful."
+    )
+    p["status"]["conditions"] = [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}
+    ]
+    claims = [c for c in DATA["claims"] if c["metadata"]["name"] != "team-llm-0-slice-nvidia"]
+    assert view(claims=claims).unfit(p) == (
+        f"{message} (HAMi-DRA's webhook leaves nvidia.com/gpumem-percentage on the pod)"
+    )

@@ -79,7 +79,17 @@ FLAG_DEFAULTS = {
     "--kube-burst": "10",
 }
 # The resources the chart's managedResources helper names for NVIDIA (templates/_helpers.tpl).
-MANAGED = ("nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpucores")
+# The NVIDIA resources the chart lists as the extender's, ignoredByScheduler
+# (charts/hami/templates/_helpers.tpl:195-202, values.yaml:25-29): kube-scheduler's own fit
+# check never sees them.
+MANAGED = (
+    "nvidia.com/gpu",
+    "nvidia.com/gpumem",
+    "nvidia.com/gpucores",
+    "nvidia.com/gpumem-percentage",
+    "nvidia.com/priority",
+)
+MEM_PERCENT = "nvidia.com/gpumem-percentage"
 
 
 class Contention(Exception):
@@ -236,13 +246,21 @@ class BindRecord:
     contended: int = 0  # Bind calls that met a held lock and failed
 
 
-def _request(pod: dict) -> tuple[int, int] | None:
-    """(MB, cores %) of a one-GPU pod, or None when it asks for no HAMi resource."""
+def _request(pod: dict) -> tuple[int, int, int | None] | None:
+    """(MB, cores %, memory % of a card or None) of a one-GPU pod, or None when it asks for no
+    HAMi resource."""
     limits = pod["spec"]["containers"][0].get("resources", {}).get("limits", {})
     if "nvidia.com/gpu" not in limits:
         return None
     mem, cores = limits.get("nvidia.com/gpumem", "0"), limits.get("nvidia.com/gpucores", "0")
-    return quantity(mem), quantity(cores)
+    pct = quantity(limits[MEM_PERCENT]) if MEM_PERCENT in limits else None
+    return quantity(mem), quantity(cores), pct
+
+
+def _card_mem(card: CardState, mem: int, pct: int | None) -> int:
+    """What a card gives a pod: its MB, or `Totalmem * pct / 100` for a percentage of the card
+    (pkg/device/nvidia/device.go:780-783)."""
+    return card.devmem * pct // 100 if pct is not None and not mem else mem
 
 
 # The API server stores a quantity canonically: a limit of 30000 comes back as "30k".
@@ -323,18 +341,21 @@ class HamiExtender:
             return {"NodeNames": names}
         meta = pod["metadata"]
         key = f"{meta['namespace']}/{meta['name']}"
-        mem, cores = wanted
+        asked, cores, pct = wanted
         with self.mutex:
             held = self.allocations.pop(meta["uid"], None)  # TakeAndDeletePod
             if held:
                 _charge(*held, sign=-1)
             known = self.node in names and self.registry.registered()
             failed = {n: "node unregistered" for n in names if n != self.node or not known}
-            fitting = [c for c in self.cards if c.fits(mem, cores)] if known else []
+            fitting = (
+                [c for c in self.cards if c.fits(_card_mem(c, asked, pct), cores)] if known else []
+            )
             if known and not fitting:
                 failed[self.node] = "CardInsufficientMemory"
             if fitting:
                 card = min(fitting, key=CardState.score)  # the tenant's gpu policy: spread
+                mem = _card_mem(card, asked, pct)
                 _charge(card, mem, cores)
                 self.allocations[meta["uid"]] = (card, mem, cores)
                 self.pods[key] = pod

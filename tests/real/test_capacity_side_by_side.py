@@ -231,3 +231,33 @@ def test_a_burst_of_20_pods_side_by_side(hami_lab, dra_plane, side_spec, tmp_pat
     for pod in stuck:
         assert "cannot allocate all claims" in pod["reason"] and " room: " in pod["reason"], pod
     wait_nothing_left(hami_lab.plane, dra_plane)
+
+
+PERCENT = {
+    "name": "half-cards",
+    "entries": [{"tenant": HAMI, "name": "half", "count": 2, "gpumem": "50%", "gpucores": 20}],
+}
+
+
+@pytest.mark.upstream("hami-chart-managed-resources")
+@pytest.mark.upstream("hami-dra-webhook-claim")
+def test_a_percentage_of_a_card_is_placed_by_hami_and_never_in_a_dra_tenant(
+    hami_lab, dra_plane, side_spec, tmp_path
+):
+    code, out, data = run(hami_lab, side_spec, tmp_path, PERCENT, "--timeout", "30")
+    assert code == 0, out
+    by = data["byTenant"]
+    # HAMi gives each pod half of an L4 (23034 * 50 / 100 MB); kube-scheduler leaves the
+    # percentage to HAMi's extender (ignoredByScheduler).
+    assert by[HAMI]["podsPlaced"] == 2, out
+    slices = [p["slices"][0]["memMb"] for p in data["pods"] if p["tenant"] == HAMI]
+    assert slices == [11517, 11517]
+    # HAMi-DRA's webhook converts gpu, gpumem and gpucores, not the percentage: it stays on the
+    # pod as an extended resource no node has, and the pod never runs there.
+    assert by[DRA]["didNotFit"] == 2, out
+    for unfit in (u for u in data["didNotFit"] if u["tenant"] == DRA):
+        assert "Insufficient nvidia.com/gpumem-percentage" in unfit["reason"]
+        assert (
+            "HAMi-DRA's webhook leaves nvidia.com/gpumem-percentage on the pod" in unfit["reason"]
+        )
+    wait_nothing_left(hami_lab.plane, dra_plane)
