@@ -22,7 +22,6 @@ _QUANTITY = re.compile(r"^([1-9][0-9]*)(Mi|Gi|Ti)$")
 _BINARY_UNITS = {"Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
 
 
-CERT_MANAGER_REPO = "https://charts.jetstack.io"
 CERT_MANAGER_NAMESPACE = "cert-manager"
 
 

@@ -7,7 +7,8 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from builders.kamaji import CERT_MANAGER_NAMESPACE, CERT_MANAGER_REPO, cert_manager_values
+from builders.kamaji import CERT_MANAGER_NAMESPACE, cert_manager_values
+from labconfig.mirrors import ChartLocation
 
 RELEASE_TIMEOUT_SECONDS = 600
 
@@ -46,8 +47,7 @@ def _release(
 def pinned_release(
     resource_name: str,
     *,
-    chart: str,
-    repo: str | None,
+    chart: ChartLocation,
     version: str,
     namespace: str,
     values: dict[str, Any],
@@ -55,13 +55,14 @@ def pinned_release(
     release_name: str | None = None,
     create_namespace: bool = True,
 ) -> k8s.helm.v3.Release:
-    """A chart from a repository (or `oci://…` when repo is None) at a fixed version."""
+    """A chart from a Helm repository or an OCI registry (upstream's, or the site's mirror)
+    at a fixed version."""
     return _release(
         resource_name,
-        release_name=release_name or chart,
-        chart=chart,
+        release_name=release_name or chart.name,
+        chart=chart.chart,
         version=version,
-        repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=repo) if repo else None,
+        repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=chart.repo) if chart.repo else None,
         namespace=namespace,
         values=values,
         opts=opts,
@@ -96,14 +97,13 @@ def local_chart_release(
 
 
 def cert_manager_release(
-    resource_name: str, *, version: str, opts: pulumi.ResourceOptions
+    resource_name: str, *, chart: ChartLocation, version: str, opts: pulumi.ResourceOptions
 ) -> k8s.helm.v3.Release:
     """cert-manager at a pinned version, its CRDs with it: the management cluster's (Kamaji's
     certificates) and a DRA tenant's (HAMi-DRA's webhook certificate)."""
     return pinned_release(
         resource_name,
-        chart="cert-manager",
-        repo=CERT_MANAGER_REPO,
+        chart=chart,
         version=version,
         namespace=CERT_MANAGER_NAMESPACE,
         values=cert_manager_values(),

@@ -21,7 +21,7 @@ import pulumi
 from builders.labcheck_spec import labcheck_spec
 from components.platform.host_preflight import HostPreflight, HostPreflightArgs
 from components.platform.kamaji import Kamaji, KamajiArgs
-from components.platform.kamaji_chart import ensure_chart_cache
+from components.platform.kamaji_chart import ChartOrigin, ensure_chart_cache
 from components.platform.management import (
     ExistingClusterArgs,
     ExistingManagementCluster,
@@ -113,6 +113,7 @@ def _workers(
             proxy=cfg.proxy,
             no_proxy=(cfg.subnet, tenant.pod_cidr, tenant.service_cidr),
             after=after,
+            registry_mirrors=cfg.registry_mirrors,
         ),
         opts,
     )
@@ -148,6 +149,7 @@ def build_tenant(
             pod_cidr=tenant.pod_cidr,
             provider=control_plane.provider,
             depends_on=[workers],
+            chart=cfg.chart("flannel"),
         ),
         child,
     )
@@ -161,6 +163,7 @@ def build_tenant(
                 nvml_mock_image=cfg.nvml_mock_image,
                 provider=control_plane.provider,
                 depends_on=[cni],
+                chart=cfg.chart("nvml-mock"),
             ),
             child,
         )
@@ -176,6 +179,8 @@ def build_tenant(
                 cert_manager_version=cfg.cert_manager_version,
                 provider=control_plane.provider,
                 depends_on=[cni],
+                chart=cfg.chart("hami-dra"),
+                cert_manager_chart=cfg.chart("cert-manager"),
             ),
             child,
         )
@@ -189,6 +194,7 @@ def build_tenant(
             node_lock_timeout=cfg.hami_node_lock_timeout,
             provider=control_plane.provider,
             depends_on=[gpu_nodes or cni, *_present(control_plane.policy_api_ready)],
+            chart=cfg.chart("hami"),
         ),
         child,
     )
@@ -226,6 +232,7 @@ def _management(cfg: LabConfig, network: LabNetwork | None) -> Management:
             node_image=cfg.management_node_image,
             network_name=network.name,
             proxy=cfg.proxy,
+            registry_mirrors=cfg.registry_mirrors,
         ),
     )
 
@@ -242,6 +249,7 @@ def _platform(
             pool_range=plan.pool_range,
             provider=management.provider,
             kubeconfig=management.kubeconfig,
+            chart=cfg.chart("metallb"),
         ),
     )
     kamaji = Kamaji(
@@ -253,6 +261,7 @@ def _platform(
             etcd_volume_size=cfg.kamaji_etcd_volume_size,
             provider=management.provider,
             charts_dir=charts_dir,
+            cert_manager_chart=cfg.chart("cert-manager"),
         ),
     )
     return metallb, kamaji
@@ -268,7 +277,12 @@ def build_lab(cfg: LabConfig, stack: str) -> Lab:
     # registration: a machine that cannot fetch them stops with one line, not after half a
     # plan. Fetched once per checkout; never deleted, as another stack may use the same ones.
     charts_dir = (
-        ensure_chart_cache(kamaji_source(cfg.kamaji_image_tag)) if _installs_platform(cfg) else None
+        ensure_chart_cache(
+            kamaji_source(cfg.kamaji_image_tag),
+            origin=ChartOrigin(cfg.kamaji_git_url, cfg.chart_sources.get("kamaji-etcd", "")),
+        )
+        if _installs_platform(cfg)
+        else None
     )
     plan = plan_network(cfg)
     host = host_plan(cfg)  # None: nothing of this stack runs on this host
@@ -320,6 +334,17 @@ def spec_output(
     )
 
 
+# Keys newer than the fingerprint count only when a stack sets them, so an upgrade of the
+# program does not re-run every stack's validation.
+_FINGERPRINT_OPTIONAL = frozenset({"registry_mirrors", "chart_sources", "kamaji_git_url"})
+
+
+def config_fingerprint(cfg: LabConfig) -> str:
+    """The stack config's hash (secrets are masked in the dump)."""
+    unset = _FINGERPRINT_OPTIONAL - cfg.model_fields_set
+    return hashlib.sha256(cfg.model_dump_json(exclude=set(unset)).encode()).hexdigest()
+
+
 def _validation(
     cfg: LabConfig,
     stack: str,
@@ -330,8 +355,7 @@ def _validation(
     last_steps = [step for parts in tenants.values() for step in parts.last_steps]
     # Re-run on any config change (secrets are masked in the dump), on a new management
     # cluster and whenever a worker joined anew.
-    config_hash = hashlib.sha256(cfg.model_dump_json().encode()).hexdigest()
-    triggers: list[Any] = [config_hash, management.identity]
+    triggers: list[Any] = [config_fingerprint(cfg), management.identity]
     triggers += [join.id for parts in tenants.values() for join in parts.workers.joins]
     return Validation(
         "validation",

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# Upstream; a stack's `kamajiGitUrl` names a mirror of it, or a local clone.
+KAMAJI_GIT_URL = "https://github.com/clastix/kamaji.git"
+
 
 @dataclass(frozen=True)
 class KamajiSource:

@@ -13,15 +13,14 @@ from typing import Annotated, Literal
 
 from pydantic import (
     AfterValidator,
-    BaseModel,
-    ConfigDict,
     Field,
     SecretStr,
     field_validator,
     model_validator,
 )
-from pydantic.alias_generators import to_camel
 
+from labconfig.base import ConfigError as ConfigError  # re-exported: every caller imports it here
+from labconfig.base import ConfigModel
 from labconfig.gpu_models import (
     KNOWN_GPU_MODELS,
     NVML_MOCK_PROFILES,
@@ -30,7 +29,14 @@ from labconfig.gpu_models import (
     lookup_model,
     model_table,
 )
-from labconfig.kamaji_sources import kamaji_source
+from labconfig.kamaji_sources import KAMAJI_GIT_URL, kamaji_source
+from labconfig.mirrors import (
+    ChartLocation,
+    RegistryMirror,
+    chart_location,
+    check_chart_sources,
+    check_registry_mirrors,
+)
 from labconfig.preflight_checks import PREFLIGHT_CHECKS
 
 PROJECT = "kamaji-hami-lab"
@@ -71,26 +77,11 @@ PINNED_NODE_IMAGE = re.compile(
 REGISTRY_REPOSITORY_TAG = re.compile(r"[\w.-]+(?::\d+)?/[\w./-]+:\w[\w.-]*")
 
 
-class ConfigError(Exception):
-    """A stack config value the lab cannot use; the message names the key."""
-
-    def __init__(self, key: str, message: str) -> None:
-        super().__init__(f"{key}: {message}")
-        self.key = key
-
-
-class _Model(BaseModel):
-    # camelCase keys like every Pulumi config, unknown keys rejected so typos do not pass silently.
-    model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
-    )
-
-
 # The most cards one worker holds, all its `gpus` entries together (a 16-GPU server).
 MAX_CARDS_PER_WORKER = 16
 
 
-class GpuSpec(_Model):
+class GpuSpec(ConfigModel):
     """A group of identical cards on each GPU worker of a tenant."""
 
     model: str = Field(min_length=1)
@@ -110,12 +101,12 @@ class GpuSpec(_Model):
         )
 
 
-class SchedulerPolicy(_Model):
+class SchedulerPolicy(ConfigModel):
     node: Literal["binpack", "spread"] = "binpack"
     gpu: Literal["spread", "binpack"] = "spread"
 
 
-class RemoteWorker(_Model):
+class RemoteWorker(ConfigModel):
     """A GPU host reached over SSH (key: the secret `sshPrivateKey`), joined with kubeadm."""
 
     name: DnsLabel = Field(min_length=1, max_length=63)
@@ -124,7 +115,7 @@ class RemoteWorker(_Model):
     port: int = Field(default=22, ge=1, le=65535)
 
 
-class ProxyConfig(_Model):
+class ProxyConfig(ConfigModel):
     """The proxy the worker containers and the kind cluster pull images through; none by default.
 
     Taken from the stack config only, never from the environment of whoever runs Pulumi: the
@@ -149,7 +140,7 @@ GpuMode = Literal["simulated", "nvml-mock", "real"]
 GpuSharing = Literal["hami", "dra"]
 
 
-class TenantConfig(_Model):
+class TenantConfig(ConfigModel):
     name: DnsLabel = Field(min_length=1, max_length=40)
     kubernetes_version: str = "v1.35.0"
     worker_image: str | None = None
@@ -200,7 +191,7 @@ class TenantConfig(_Model):
         return [gpu.resolved(table) for gpu in self.gpus for _ in range(gpu.count)]
 
 
-class LabConfig(_Model):
+class LabConfig(ConfigModel):
     # kind: a kind cluster on this host; existing: a cluster given by kubeconfig or by the
     # `managementKubeconfig` output of another stack (managementStack).
     management_mode: Literal["kind", "existing"] = "kind"
@@ -231,11 +222,20 @@ class LabConfig(_Model):
     gpu_agent_image: str = GPU_AGENT_IMAGE
     nvml_mock_chart_version: str = "0.3.0"
     nvml_mock_image: str = "ghcr.io/nvidia/nvml-mock:0.3.0"
+    # A mirrored or air-gapped site (docs/mirrored-site.md): by default everything is pulled
+    # from upstream. `kamajiGitUrl` may be a mirror's URL or the path of a local clone.
+    registry_mirrors: tuple[RegistryMirror, ...] = ()
+    chart_sources: dict[str, str] = Field(default_factory=dict)
+    kamaji_git_url: str = Field(default=KAMAJI_GIT_URL, min_length=1)
     preflight: bool = True
     # Host checks a user accepts knowingly, by name, with why: still run, reported as warnings.
     preflight_accept: dict[str, str] = Field(default_factory=dict)
     validate_lab: bool = Field(default=True, alias="validate")
     tenants: tuple[TenantConfig, ...] = Field(min_length=1)
+
+    def chart(self, name: str) -> ChartLocation:
+        """Where chart `name` comes from: the stack's `chartSources`, else upstream."""
+        return chart_location(name, self.chart_sources)
 
     @field_validator("management_node_image")
     @classmethod
@@ -255,6 +255,18 @@ class LabConfig(_Model):
             if not why.strip():
                 raise ValueError(f"say why {name!r} is accepted (the warning repeats it)")
         return value
+
+    @field_validator("registry_mirrors")
+    @classmethod
+    def _one_mirror_per_registry(
+        cls, value: tuple[RegistryMirror, ...]
+    ) -> tuple[RegistryMirror, ...]:
+        return check_registry_mirrors(value)
+
+    @field_validator("chart_sources")
+    @classmethod
+    def _known_charts(cls, value: dict[str, str]) -> dict[str, str]:
+        return check_chart_sources(value)
 
     @field_validator("hami_dra_fake_driver_image")
     @classmethod

@@ -9,7 +9,7 @@ The CRDs are their own release of the tag's `kamaji-crds` chart: Helm installs a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pulumi
@@ -24,6 +24,7 @@ from builders.kamaji import (
 from components.helm import cert_manager_release, local_chart_release
 from components.platform.kamaji_chart import release_chart_path
 from labconfig.kamaji_sources import kamaji_source
+from labconfig.mirrors import ChartLocation, upstream_chart
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,9 @@ class KamajiArgs:
     # The pinned commit's charts on this machine (kamaji_chart.ensure_chart_cache), fetched by
     # the program before its first registration.
     charts_dir: Path
+    cert_manager_chart: ChartLocation = field(
+        default_factory=lambda: upstream_chart("cert-manager")
+    )
 
 
 class Kamaji(pulumi.ComponentResource):
@@ -46,7 +50,10 @@ class Kamaji(pulumi.ComponentResource):
         source = kamaji_source(args.image_tag)
         child = pulumi.ResourceOptions(parent=self, provider=args.provider)
         self.cert_manager = cert_manager_release(
-            f"{name}-cert-manager", version=args.cert_manager_version, opts=child
+            f"{name}-cert-manager",
+            chart=args.cert_manager_chart,
+            version=args.cert_manager_version,
+            opts=child,
         )
         charts_dir = args.charts_dir
         self.crds = local_chart_release(

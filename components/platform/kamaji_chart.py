@@ -12,15 +12,15 @@ would allow.
 from __future__ import annotations
 
 import fcntl
+from dataclasses import dataclass
 from pathlib import Path
 
 import pulumi
 
 from builders.scripts import STRICT
 from components import host
-from labconfig.kamaji_sources import KamajiSource
+from labconfig.kamaji_sources import KAMAJI_GIT_URL, KamajiSource
 
-KAMAJI_GIT_URL = "https://github.com/clastix/kamaji.git"
 COMPLETE_MARK = ".complete"  # written last: a directory without it is a fetch that died
 FETCH_TOOLS = ("git", "helm")
 FETCH_TIMEOUT_SECONDS = 900
@@ -56,12 +56,25 @@ def release_chart_path(charts_dir: Path, chart: str, project_dir: Path = PROJECT
     return str(path)
 
 
-def fetch_environment(source: KamajiSource, cache_root: Path) -> dict[str, str]:
+@dataclass(frozen=True)
+class ChartOrigin:
+    """Where the fetch takes the charts from: upstream by default, or a mirrored site's git
+    mirror (or local clone) and its chart repository for the etcd subchart."""
+
+    git_url: str = KAMAJI_GIT_URL
+    etcd_chart_source: str = ""  # a Helm repository or an OCI prefix; '' = the Chart.lock's
+
+
+def fetch_environment(
+    source: KamajiSource, cache_root: Path, origin: ChartOrigin = ChartOrigin()
+) -> dict[str, str]:
     return {
         "KAMAJI_CHART_CACHE": str(cache_root),
-        "KAMAJI_GIT_URL": KAMAJI_GIT_URL,
+        "KAMAJI_GIT_URL": origin.git_url,
         "KAMAJI_TAG": source.tag,
         "KAMAJI_COMMIT": source.commit,
+        "KAMAJI_ETCD_CHART_SOURCE": origin.etcd_chart_source,
+        "KAMAJI_ETCD_CHART_VERSION": source.etcd_chart_version,
     }
 
 
@@ -91,12 +104,28 @@ if [ ! -f "$dest/.complete" ]; then
   fi
   export HELM_REPOSITORY_CONFIG="$work/repositories.yaml"
   export HELM_REPOSITORY_CACHE="$work/repository-cache"
-  n=0
-  for url in $(sed -n 's/^ *repository: *//p' "$work/src/charts/kamaji/Chart.lock" | sort -u); do
-    n=$((n + 1))
-    helm repo add "lock-$n" "$url" >&2
-  done
-  helm dependency build "$work/src/charts/kamaji" >&2
+  subcharts="$work/src/charts/kamaji/charts"
+  case "$KAMAJI_ETCD_CHART_SOURCE" in
+    "")
+      n=0
+      lock="$work/src/charts/kamaji/Chart.lock"
+      for url in $(sed -n 's/^ *repository: *//p' "$lock" | sort -u); do
+        n=$((n + 1))
+        helm repo add "lock-$n" "$url" >&2
+      done
+      helm dependency build "$work/src/charts/kamaji" >&2
+      ;;
+    oci://*)  # the locked version from the site's registry, where Helm looks for subcharts
+      mkdir -p "$subcharts"
+      helm pull "${KAMAJI_ETCD_CHART_SOURCE%/}/kamaji-etcd" --version "$KAMAJI_ETCD_CHART_VERSION" \
+        --destination "$subcharts" >&2
+      ;;
+    *)
+      mkdir -p "$subcharts"
+      helm pull kamaji-etcd --repo "$KAMAJI_ETCD_CHART_SOURCE" \
+        --version "$KAMAJI_ETCD_CHART_VERSION" --destination "$subcharts" >&2
+      ;;
+  esac
   rm -rf "$dest"
   mkdir -p "$dest"
   mv "$work/src/charts/kamaji" "$work/src/charts/kamaji-crds" "$dest/"
@@ -107,7 +136,9 @@ printf '%s\\n' "$dest"
     )
 
 
-def ensure_chart_cache(source: KamajiSource, cache_root: Path | None = None) -> Path:
+def ensure_chart_cache(
+    source: KamajiSource, cache_root: Path | None = None, origin: ChartOrigin = ChartOrigin()
+) -> Path:
     """The directory with the pinned commit's charts/kamaji and charts/kamaji-crds, fetched
     now when this machine does not have it yet.
 
@@ -132,7 +163,7 @@ def ensure_chart_cache(source: KamajiSource, cache_root: Path | None = None) -> 
         try:
             result = host.current.run(
                 ["bash", "-c", chart_fetch_script()],
-                env=fetch_environment(source, root),
+                env=fetch_environment(source, root, origin),
                 timeout=FETCH_TIMEOUT_SECONDS,
             )
         except host.CommandTimedOut as error:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pulumi
@@ -10,7 +11,9 @@ import pulumi_kubernetes as k8s
 
 from builders.kubeconfig import checked_kubeconfig
 from builders.scripts import kind_cluster_config, kind_create_script, kind_delete_script
-from labconfig.model import ProxyConfig
+from components.registry_mirrors import mirror_files
+from labconfig.mirrors import RegistryMirror
+from labconfig.model import ProxyConfig, kind_node_container
 
 
 @dataclass(frozen=True)
@@ -19,6 +22,8 @@ class ManagementClusterArgs:
     node_image: str  # pinned by digest (config validates it)
     network_name: pulumi.Input[str]
     proxy: ProxyConfig  # the stack's `proxy` config, as the workers get it
+    # The site's mirrors (`registryMirrors`): the kind node pulls through them too.
+    registry_mirrors: Sequence[RegistryMirror] = ()
 
 
 def kind_proxy_environment(proxy: ProxyConfig) -> dict[str, pulumi.Input[str]]:
@@ -96,6 +101,14 @@ class ManagementCluster(pulumi.ComponentResource):
                 delete_before_replace=True,
             ),
         )
+        # Before anything is installed: every chart's images are pulled through the mirrors.
+        self.registry_mirrors = mirror_files(
+            f"{name}-registry-mirrors",
+            kind_node_container(args.cluster_name),
+            args.registry_mirrors,
+            self.cluster.id,
+            pulumi.ResourceOptions(parent=self, depends_on=[self.cluster]),
+        )
         # Checked once known: an empty stdout would leave the provider to the user's kubeconfig.
         self.kubeconfig = pulumi.Output.secret(
             self.cluster.stdout.apply(
@@ -128,7 +141,10 @@ class ManagementCluster(pulumi.ComponentResource):
             # drops every Kubernetes resource from state. `make destroy` of a lab whose cluster
             # is gone sets PULUMI_K8S_DELETE_UNREACHABLE=true, which the provider reads when
             # this option is not set.
-            opts=pulumi.ResourceOptions(parent=self),
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                depends_on=[self.registry_mirrors] if self.registry_mirrors else None,
+            ),
         )
         self.register_outputs(
             {"kubeconfig": self.kubeconfig, "context": self.context, "identity": self.identity}

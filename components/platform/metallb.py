@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_command as command
@@ -12,8 +12,7 @@ import yaml
 from builders.metallb import NAMESPACE, metallb_values, pool_manifests
 from builders.scripts import metallb_webhook_wait_script
 from components.helm import pinned_release
-
-CHART_REPO = "https://metallb.github.io/metallb"
+from labconfig.mirrors import ChartLocation, upstream_chart
 
 
 @dataclass(frozen=True)
@@ -22,6 +21,7 @@ class MetalLBArgs:
     pool_range: str
     provider: k8s.Provider
     kubeconfig: pulumi.Input[str]
+    chart: ChartLocation = field(default_factory=lambda: upstream_chart("metallb"))
 
 
 class MetalLB(pulumi.ComponentResource):
@@ -31,8 +31,7 @@ class MetalLB(pulumi.ComponentResource):
         super().__init__("kamaji-hami-lab:index:MetalLB", name, None, opts)
         self.release = pinned_release(
             f"{name}-chart",
-            chart="metallb",
-            repo=CHART_REPO,
+            chart=args.chart,
             version=args.version,
             namespace=NAMESPACE,
             values=metallb_values(),

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_kubernetes as k8s
 
 from builders.flannel import NAMESPACE, flannel_values
 from components.helm import pinned_release
-
-CHART_REPO = "https://flannel-io.github.io/flannel/"
+from labconfig.mirrors import ChartLocation, upstream_chart
 
 
 @dataclass(frozen=True)
@@ -19,6 +18,7 @@ class FlannelArgs:
     pod_cidr: str
     provider: k8s.Provider
     depends_on: list[pulumi.Resource]
+    chart: ChartLocation = field(default_factory=lambda: upstream_chart("flannel"))
 
 
 class Flannel(pulumi.ComponentResource):
@@ -40,8 +40,7 @@ class Flannel(pulumi.ComponentResource):
         )
         self.release = pinned_release(
             f"{name}-chart",
-            chart="flannel",
-            repo=CHART_REPO,
+            chart=args.chart,
             version=args.version,
             namespace=NAMESPACE,
             values=flannel_values(args.pod_cidr),

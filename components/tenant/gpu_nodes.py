@@ -5,16 +5,16 @@ Their `gpu=on` label is registered by the kubelet itself (planning/node_labels.p
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_kubernetes as k8s
 
 from builders.nvml_mock import nvml_mock_values
 from components.helm import pinned_release
+from labconfig.mirrors import ChartLocation, upstream_chart
 from labconfig.model import TenantConfig
 
-NVML_MOCK_CHART = "oci://ghcr.io/nvidia/k8s-test-infra/chart/nvml-mock"
 NVML_MOCK_NAMESPACE = "nvml-mock"
 
 
@@ -25,6 +25,7 @@ class GpuNodesArgs:
     nvml_mock_image: str
     provider: k8s.Provider
     depends_on: list[pulumi.Resource]
+    chart: ChartLocation = field(default_factory=lambda: upstream_chart("nvml-mock"))
 
 
 class GpuNodes(pulumi.ComponentResource):
@@ -36,12 +37,10 @@ class GpuNodes(pulumi.ComponentResource):
         super().__init__("kamaji-hami-lab:index:GpuNodes", name, None, opts)
         self.nvml_mock = pinned_release(
             f"{name}-nvml-mock",
-            chart=NVML_MOCK_CHART,
-            repo=None,
+            chart=args.chart,
             version=args.nvml_mock_chart_version,
             namespace=NVML_MOCK_NAMESPACE,
             values=nvml_mock_values(args.tenant, args.nvml_mock_image),
-            release_name="nvml-mock",
             opts=pulumi.ResourceOptions(
                 parent=self, provider=args.provider, depends_on=args.depends_on
             ),

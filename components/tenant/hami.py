@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -17,10 +17,10 @@ from builders.hami import (
 from builders.lock_wait_policy import POLICY_NAME, policy_manifests
 from components.helm import pinned_release
 from components.tenant.admission import admission_policy_resources
+from labconfig.mirrors import ChartLocation, upstream_chart
 from labconfig.model import TenantConfig
 
 NAMESPACE = "kube-system"
-CHART_REPO = "https://project-hami.github.io/HAMi/"
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,7 @@ class HamiArgs:
     node_lock_timeout: str
     provider: k8s.Provider
     depends_on: list[pulumi.Resource]
+    chart: ChartLocation = field(default_factory=lambda: upstream_chart("hami"))
 
 
 class Hami(pulumi.ComponentResource):
@@ -54,8 +55,7 @@ class Hami(pulumi.ComponentResource):
             )
         self.release = pinned_release(
             f"{name}-chart",
-            chart="hami",
-            repo=CHART_REPO,
+            chart=args.chart,
             version=args.chart_version,
             namespace=NAMESPACE,
             values=hami_values(args.tenant, args.split_count, args.node_lock_timeout),

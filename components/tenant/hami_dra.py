@@ -3,16 +3,15 @@ fake kubelet plugin publishing the tenant's cards. Kubernetes' own scheduler all
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_kubernetes as k8s
 
 from builders.hami_dra import NAMESPACE, RELEASE, WORKLOAD_NAMESPACE, hami_dra_values
 from components.helm import cert_manager_release, pinned_release
+from labconfig.mirrors import ChartLocation, upstream_chart
 from labconfig.model import TenantConfig
-
-CHART_REPO = "https://project-hami.github.io/HAMi-DRA"
 
 
 @dataclass(frozen=True)
@@ -23,6 +22,10 @@ class HamiDraArgs:
     cert_manager_version: str
     provider: k8s.Provider
     depends_on: list[pulumi.Resource]
+    chart: ChartLocation = field(default_factory=lambda: upstream_chart("hami-dra"))
+    cert_manager_chart: ChartLocation = field(
+        default_factory=lambda: upstream_chart("cert-manager")
+    )
 
 
 class HamiDra(pulumi.ComponentResource):
@@ -34,6 +37,7 @@ class HamiDra(pulumi.ComponentResource):
         # The chart's webhook certificate is a cert-manager Certificate, with its CA injected.
         self.cert_manager = cert_manager_release(
             f"{name}-cert-manager",
+            chart=args.cert_manager_chart,
             version=args.cert_manager_version,
             opts=pulumi.ResourceOptions.merge(
                 on_tenant, pulumi.ResourceOptions(depends_on=args.depends_on)
@@ -41,8 +45,7 @@ class HamiDra(pulumi.ComponentResource):
         )
         self.release = pinned_release(
             f"{name}-chart",
-            chart="hami-dra",
-            repo=CHART_REPO,
+            chart=args.chart,
             version=args.chart_version,
             release_name=RELEASE,
             namespace=NAMESPACE,

@@ -11,6 +11,8 @@ import pulumi_docker as docker
 
 from builders.control_plane import LAB_LABEL
 from builders.scripts import node_delete_script, worker_join_script
+from components.registry_mirrors import mirror_files
+from labconfig.mirrors import RegistryMirror
 from labconfig.model import ProxyConfig
 from planning.node_labels import kubelet_node_labels, registration_labels
 
@@ -42,6 +44,8 @@ class WorkerPoolArgs:
     no_proxy: tuple[str, ...]
     # What must finish before Docker is touched at all (the host preflight).
     after: Sequence[pulumi.Resource] = field(default_factory=list)
+    # The site's mirrors (`registryMirrors`): each node's containerd pulls through them.
+    registry_mirrors: Sequence[RegistryMirror] = ()
 
 
 def proxy_environment(
@@ -160,6 +164,13 @@ class WorkerPool(pulumi.ComponentResource):
                 # pulumi-docker asks for this too; the option keeps it whatever the provider says.
                 opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True),
             )
+            mirrors = mirror_files(
+                f"{node_name}-registry-mirrors",
+                node_name,
+                args.registry_mirrors,
+                container.id,
+                pulumi.ResourceOptions(parent=self, depends_on=[container]),
+            )
             join = command.local.Command(
                 f"{node_name}-join",
                 create=worker_join_script(),
@@ -174,7 +185,7 @@ class WorkerPool(pulumi.ComponentResource):
                 triggers=[container.id],
                 opts=pulumi.ResourceOptions(
                     parent=self,
-                    depends_on=[container, args.control_plane],
+                    depends_on=[container, args.control_plane, *([mirrors] if mirrors else [])],
                     # Both ends act on the Node of this name: remove the old one first.
                     delete_before_replace=True,
                 ),

@@ -13,6 +13,7 @@ import re
 
 import pytest
 
+from components.lab import config_fingerprint
 from labconfig.parse import parse_config
 from tests.support.pulumi_harness import PROJECT_DIR, ProgramRun, lab_stack_config, run_program
 
@@ -39,7 +40,7 @@ def documented_rows() -> list[str]:
 
 def trigger_kinds(run: ProgramRun) -> list[str]:
     """Each of the step's triggers, by where it comes from."""
-    config_hash = hashlib.sha256(parse_config(LAB).model_dump_json().encode()).hexdigest()
+    config_hash = config_fingerprint(parse_config(LAB))
     joins = {
         f"{r.name}-id" for r in run.of_type(COMMAND) if r.name.endswith("-join")
     }  # the mocks' ids
@@ -81,3 +82,17 @@ def test_a_config_change_replaces_the_step(lab: ProgramRun):
     before = lab.named(STEP).inputs["triggers"]
     assert changed.inputs["triggers"][0] != before[0]
     assert changed.inputs["triggers"][1:] == before[1:]
+
+
+def test_the_fingerprint_of_a_stack_is_kept_until_it_sets_a_newer_key():
+    """An upgrade of the program re-runs no stack's validation: keys added since (a mirrored
+    site's) count once a stack sets them, and then change it."""
+    plain = parse_config(LAB)
+    legacy = hashlib.sha256(
+        plain.model_dump_json(
+            exclude={"registry_mirrors", "chart_sources", "kamaji_git_url"}
+        ).encode()
+    ).hexdigest()
+    assert config_fingerprint(plain) == legacy
+    mirrored = parse_config({**LAB, "chartSources": {"hami": "oci://harbor.example.com/charts"}})
+    assert config_fingerprint(mirrored) != legacy

@@ -12,6 +12,7 @@ import pytest
 import yaml
 from pydantic import SecretStr
 
+from labconfig.mirrors import RegistryMirror
 from labconfig.model import ConfigError, LabConfig, ProxyConfig
 from labconfig.parse import parse_config
 from labconfig.stack import SECRET_KEYS, read_stack_config
@@ -69,11 +70,11 @@ def test_pulumi_yaml_declares_each_key_with_the_type_the_model_reads():
     declared = yaml.safe_load((PROJECT_DIR / "Pulumi.yaml").read_text())["config"]
     pulumi_type = {
         bool: "boolean", int: "integer", str: "string", SecretStr: "string", ProxyConfig: "object",
-        dict[str, str]: "object",
+        dict[str, str]: "object", tuple[RegistryMirror, ...]: "array",
     }  # fmt: skip
     for name, field in LabConfig.model_fields.items():
         spec = declared[f"{PROJECT}:{field.alias or name}"]
-        if name == "tenants":
+        if name in ("tenants", "registry_mirrors"):
             assert (spec["type"], spec["items"]) == ("array", {"type": "object"})
         else:
             assert spec["type"] == pulumi_type.get(field.annotation, "string"), name

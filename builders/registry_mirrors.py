@@ -1,0 +1,104 @@
+"""A mirrored site's registries as containerd reads them: hosts.toml files for every node (the
+kind node and the worker containers), and the scripts that put them there. The node images
+themselves are pulled by the host's Docker, under the names the stack gives them."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from collections.abc import Sequence
+
+from labconfig.mirrors import ALL_REGISTRIES, RegistryMirror
+
+# containerd 2 reads hosts.toml from here when the CRI config sets no config_path, as the
+# kindest/node images of kind v0.27.0 and newer do (upstream fact `containerd-default-config-path`).
+CERTS_DIR = "/etc/containerd/certs.d"
+DEFAULT_HOST_DIR = "_default"  # containerd's directory for a registry without one of its own
+# Where containerd sends a registry's requests when no mirror answers; Docker Hub's API host is
+# not its name.
+UPSTREAM_SERVERS = {"docker.io": "https://registry-1.docker.io"}
+# What the program wrote into a node, one path per line: removed before new files go in, and
+# when the node's mirrors Command is deleted (a stack that drops `registryMirrors`).
+MARKER = f"{CERTS_DIR}/.kamaji-hami-lab-files"
+STRICT = "set -eu\n"
+
+
+def host_directory(registry: str) -> str:
+    return f"{CERTS_DIR}/{DEFAULT_HOST_DIR if registry == ALL_REGISTRIES else registry}"
+
+
+def mirror_url(mirror: RegistryMirror) -> str:
+    """The `[host."…"]` URL: a mirror with a path names its `/v2/<path>` API root itself
+    (`override_path`), as a Harbor proxy project is reached."""
+    scheme = "http" if mirror.plain_http else "https"
+    return f"{scheme}://{mirror.host}" + (f"/v2/{mirror.path}" if mirror.path else "")
+
+
+def hosts_toml(mirror: RegistryMirror) -> str:
+    """containerd's hosts.toml for one registry: pull and resolve through the mirror."""
+    lines = []
+    if mirror.registry != ALL_REGISTRIES:
+        server = UPSTREAM_SERVERS.get(mirror.registry, f"https://{mirror.registry}")
+        lines += [f'server = "{server}"', ""]
+    lines += [f'[host."{mirror_url(mirror)}"]', '  capabilities = ["pull", "resolve"]']
+    if mirror.path:
+        lines.append("  override_path = true")
+    if mirror.ca:
+        lines.append(f'  ca = "{host_directory(mirror.registry)}/ca.crt"')
+    return "\n".join(lines) + "\n"
+
+
+def registry_files(mirrors: Sequence[RegistryMirror]) -> dict[str, str]:
+    """Every file a node needs for the mirrors, by absolute path, and the list of them
+    (MARKER); none without mirrors."""
+    files: dict[str, str] = {}
+    for mirror in mirrors:
+        directory = host_directory(mirror.registry)
+        files[f"{directory}/hosts.toml"] = hosts_toml(mirror)
+        if mirror.ca:
+            files[f"{directory}/ca.crt"] = mirror.ca.strip() + "\n"
+    if files:
+        files[MARKER] = "".join(f"{path}\n" for path in sorted([*files, MARKER]))
+    return files
+
+
+def files_tar(files: dict[str, str]) -> bytes:
+    """The files as a tar to unpack at `/`: the same bytes for the same files (fixed times and
+    owners), so a Command that carries them plans no change on the next run."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        directories = sorted({p.rsplit("/", 1)[0] for p in files})
+        for directory in directories:
+            info = tarfile.TarInfo(directory.lstrip("/"))
+            info.type, info.mode = tarfile.DIRTYPE, 0o755
+            tar.addfile(info)
+        for path in sorted(files):
+            data = files[path].encode()
+            info = tarfile.TarInfo(path.lstrip("/"))
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+def install_files_script() -> str:
+    """Puts REGISTRY_FILES (base64 of `files_tar`) into container NODE in place of what an
+    earlier run put there. containerd reads hosts.toml on every pull: no restart."""
+    return (
+        STRICT
+        + f"""\
+docker exec "$NODE" sh -c 'if [ -f {MARKER} ]; then xargs rm -f < {MARKER}; fi'
+printf '%s' "$REGISTRY_FILES" | base64 -d | docker exec -i "$NODE" tar -x -C /
+echo "$NODE pulls through the site's registry mirrors" >&2
+"""
+    )
+
+
+def remove_files_script() -> str:
+    """Removes what `install_files_script` put into NODE; nothing to do once NODE is gone."""
+    return (
+        STRICT
+        + f"""\
+docker inspect "$NODE" >/dev/null 2>&1 || exit 0
+docker exec "$NODE" sh -c 'if [ -f {MARKER} ]; then xargs rm -f < {MARKER}; fi'
+"""
+    )
