@@ -69,4 +69,10 @@ def labcheck_spec(
         },
         "testImage": GPU_TEST_IMAGE,
         "toolsImage": TOOLS_IMAGE,
+        # Only when set: a stack without mirrors keeps the spec it had.
+        **(
+            {"registryMirrors": {m.registry: m.mirror for m in cfg.registry_mirrors}}
+            if cfg.registry_mirrors
+            else {}
+        ),
     }

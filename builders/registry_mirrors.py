@@ -4,9 +4,10 @@ themselves are pulled by the host's Docker, under the names the stack gives them
 
 from __future__ import annotations
 
+import base64
 import io
 import tarfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from labconfig.mirrors import ALL_REGISTRIES, RegistryMirror
 
@@ -34,8 +35,11 @@ def mirror_url(mirror: RegistryMirror) -> str:
     return f"{scheme}://{mirror.host}" + (f"/v2/{mirror.path}" if mirror.path else "")
 
 
-def hosts_toml(mirror: RegistryMirror) -> str:
-    """containerd's hosts.toml for one registry: pull and resolve through the mirror."""
+def hosts_toml(mirror: RegistryMirror, credentials: str = "") -> str:
+    """containerd's hosts.toml for one registry: pull and resolve through the mirror, with the
+    mirror's `user:password` as a basic-auth header sent to that host only (hosts.toml has no
+    credential field, and the kubelet's credentials reach a mirror only of the image's own
+    registry name: upstream fact `containerd-cri-credentials-by-host`)."""
     lines = []
     if mirror.registry != ALL_REGISTRIES:
         server = UPSTREAM_SERVERS.get(mirror.registry, f"https://{mirror.registry}")
@@ -45,16 +49,21 @@ def hosts_toml(mirror: RegistryMirror) -> str:
         lines.append("  override_path = true")
     if mirror.ca:
         lines.append(f'  ca = "{host_directory(mirror.registry)}/ca.crt"')
+    if credentials:
+        token = base64.b64encode(credentials.encode()).decode()
+        lines += [f'  [host."{mirror_url(mirror)}".header]', f'    Authorization = "Basic {token}"']
     return "\n".join(lines) + "\n"
 
 
-def registry_files(mirrors: Sequence[RegistryMirror]) -> dict[str, str]:
+def registry_files(
+    mirrors: Sequence[RegistryMirror], auth: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """Every file a node needs for the mirrors, by absolute path, and the list of them
     (MARKER); none without mirrors."""
     files: dict[str, str] = {}
     for mirror in mirrors:
         directory = host_directory(mirror.registry)
-        files[f"{directory}/hosts.toml"] = hosts_toml(mirror)
+        files[f"{directory}/hosts.toml"] = hosts_toml(mirror, (auth or {}).get(mirror.host, ""))
         if mirror.ca:
             files[f"{directory}/ca.crt"] = mirror.ca.strip() + "\n"
     if files:

@@ -114,6 +114,7 @@ def _workers(
             no_proxy=(cfg.subnet, tenant.pod_cidr, tenant.service_cidr),
             after=after,
             registry_mirrors=cfg.registry_mirrors,
+            registry_mirror_auth=cfg.mirror_auth(),
         ),
         opts,
     )
@@ -233,6 +234,7 @@ def _management(cfg: LabConfig, network: LabNetwork | None) -> Management:
             network_name=network.name,
             proxy=cfg.proxy,
             registry_mirrors=cfg.registry_mirrors,
+            registry_mirror_auth=cfg.mirror_auth(),
         ),
     )
 
@@ -336,7 +338,9 @@ def spec_output(
 
 # Keys newer than the fingerprint count only when a stack sets them, so an upgrade of the
 # program does not re-run every stack's validation.
-_FINGERPRINT_OPTIONAL = frozenset({"registry_mirrors", "chart_sources", "kamaji_git_url"})
+_FINGERPRINT_OPTIONAL = frozenset(
+    {"registry_mirrors", "registry_mirror_auth", "chart_sources", "kamaji_git_url"}
+)
 
 
 def config_fingerprint(cfg: LabConfig) -> str:

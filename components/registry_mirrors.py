@@ -5,7 +5,7 @@ stack without them keeps the graph it had."""
 from __future__ import annotations
 
 import base64
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import pulumi
 import pulumi_command as command
@@ -25,19 +25,22 @@ def mirror_files(
     mirrors: Sequence[RegistryMirror],
     container: pulumi.Input[str],
     opts: pulumi.ResourceOptions,
+    auth: Mapping[str, str] | None = None,
 ) -> command.local.Command | None:
     """The Command that keeps `node`'s mirror files as the stack's `registryMirrors` say;
-    `container` (its ID) makes a new container get them again. None without mirrors."""
-    files = registry_files(mirrors)
+    `container` (its ID) makes a new container get them again. None without mirrors. With
+    credentials (`registryMirrorAuth`) the files are a secret in the state and the plan."""
+    files = registry_files(mirrors, auth)
     if not files:
         return None
+    encoded = base64.b64encode(files_tar(files)).decode()
     return command.local.Command(
         name,
         create=install_files_script(),
         delete=remove_files_script(),
         environment={
             "NODE": node,
-            "REGISTRY_FILES": base64.b64encode(files_tar(files)).decode(),
+            "REGISTRY_FILES": pulumi.Output.secret(encoded) if auth else encoded,
         },
         triggers=[container],
         opts=opts,

@@ -208,6 +208,8 @@ class Spec(_Model):
     tools_image: str = "busybox:1.37.0"
     # Only used by the real-GPU memory check: an image that has nvidia-smi.
     smi_image: str = "nvidia/cuda:12.4.1-base-ubuntu22.04"
+    # A mirrored site's mirror per registry (`*`: every other), from the stack's registryMirrors.
+    registry_mirrors: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _unique(self) -> Spec:

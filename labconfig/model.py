@@ -8,6 +8,7 @@ allowed, raised before any resource is registered. Defaults here are the pinned 
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Annotated, Literal
 
@@ -225,6 +226,8 @@ class LabConfig(ConfigModel):
     # A mirrored or air-gapped site (docs/mirrored-site.md): by default everything is pulled
     # from upstream. `kamajiGitUrl` may be a mirror's URL or the path of a local clone.
     registry_mirrors: tuple[RegistryMirror, ...] = ()
+    # Secret: {"<mirror host>": "user:password"}, sent as basic auth to that mirror only.
+    registry_mirror_auth: SecretStr = SecretStr("")
     chart_sources: dict[str, str] = Field(default_factory=dict)
     kamaji_git_url: str = Field(default=KAMAJI_GIT_URL, min_length=1)
     preflight: bool = True
@@ -232,6 +235,11 @@ class LabConfig(ConfigModel):
     preflight_accept: dict[str, str] = Field(default_factory=dict)
     validate_lab: bool = Field(default=True, alias="validate")
     tenants: tuple[TenantConfig, ...] = Field(min_length=1)
+
+    def mirror_auth(self) -> dict[str, str]:
+        """`registryMirrorAuth` by mirror host (checked by parse_config)."""
+        text = self.registry_mirror_auth.get_secret_value()
+        return json.loads(text) if text else {}
 
     def chart(self, name: str) -> ChartLocation:
         """Where chart `name` comes from: the stack's `chartSources`, else upstream."""

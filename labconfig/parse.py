@@ -221,6 +221,33 @@ def _check_node_names(cfg: LabConfig) -> None:
             owner[name] = index
 
 
+def _check_mirror_auth(cfg: LabConfig) -> None:
+    """Credentials per mirror host; the messages never show a value."""
+    text = cfg.registry_mirror_auth.get_secret_value()
+    if not text:
+        return
+    key = "registryMirrorAuth"
+    try:
+        auth = json.loads(text)
+    except json.JSONDecodeError:
+        auth = None
+    if not isinstance(auth, dict):
+        raise ConfigError(key, 'must be a JSON object {"<mirror host>": "user:password"}')
+    hosts = {mirror.host for mirror in cfg.registry_mirrors}
+    for host, credentials in auth.items():
+        if host not in hosts:
+            raise ConfigError(
+                key, f"{host!r} is no mirror's host: one of {', '.join(sorted(hosts)) or 'none'}"
+            )
+        if not isinstance(credentials, str) or ":" not in credentials:
+            raise ConfigError(key, f"{host}: must be 'user:password'")
+    plain = sorted(m.host for m in cfg.registry_mirrors if m.plain_http and m.host in auth)
+    if plain:
+        raise ConfigError(
+            key, f"{plain[0]} is a plainHttp mirror: its password would cross in clear"
+        )
+
+
 def parse_config(raw: Mapping[str, Any]) -> LabConfig:
     """Validates raw stack config (camelCase keys, values decoded) into a ``LabConfig``."""
     try:
@@ -235,5 +262,6 @@ def parse_config(raw: Mapping[str, Any]) -> LabConfig:
     _check_management(cfg)
     _check_tenants(cfg)
     _check_node_names(cfg)
+    _check_mirror_auth(cfg)
     plan_network(cfg)  # raises ConfigError for subnets, ranges and addresses that do not fit
     return cfg

@@ -65,8 +65,11 @@ class ChartOrigin:
     etcd_chart_source: str = ""  # a Helm repository or an OCI prefix; '' = the Chart.lock's
 
 
+UPSTREAM = ChartOrigin()
+
+
 def fetch_environment(
-    source: KamajiSource, cache_root: Path, origin: ChartOrigin = ChartOrigin()
+    source: KamajiSource, cache_root: Path, origin: ChartOrigin = UPSTREAM
 ) -> dict[str, str]:
     return {
         "KAMAJI_CHART_CACHE": str(cache_root),
@@ -137,7 +140,7 @@ printf '%s\\n' "$dest"
 
 
 def ensure_chart_cache(
-    source: KamajiSource, cache_root: Path | None = None, origin: ChartOrigin = ChartOrigin()
+    source: KamajiSource, cache_root: Path | None = None, origin: ChartOrigin = UPSTREAM
 ) -> Path:
     """The directory with the pinned commit's charts/kamaji and charts/kamaji-crds, fetched
     now when this machine does not have it yet.

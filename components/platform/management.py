@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_command as command
@@ -24,6 +24,7 @@ class ManagementClusterArgs:
     proxy: ProxyConfig  # the stack's `proxy` config, as the workers get it
     # The site's mirrors (`registryMirrors`): the kind node pulls through them too.
     registry_mirrors: Sequence[RegistryMirror] = ()
+    registry_mirror_auth: Mapping[str, str] = field(default_factory=dict)  # by mirror host
 
 
 def kind_proxy_environment(proxy: ProxyConfig) -> dict[str, pulumi.Input[str]]:
@@ -108,6 +109,7 @@ class ManagementCluster(pulumi.ComponentResource):
             args.registry_mirrors,
             self.cluster.id,
             pulumi.ResourceOptions(parent=self, depends_on=[self.cluster]),
+            args.registry_mirror_auth,
         )
         # Checked once known: an empty stdout would leave the provider to the user's kubeconfig.
         self.kubeconfig = pulumi.Output.secret(

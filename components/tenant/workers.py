@@ -46,6 +46,7 @@ class WorkerPoolArgs:
     after: Sequence[pulumi.Resource] = field(default_factory=list)
     # The site's mirrors (`registryMirrors`): each node's containerd pulls through them.
     registry_mirrors: Sequence[RegistryMirror] = ()
+    registry_mirror_auth: Mapping[str, str] = field(default_factory=dict)  # by mirror host
 
 
 def proxy_environment(
@@ -170,6 +171,7 @@ class WorkerPool(pulumi.ComponentResource):
                 args.registry_mirrors,
                 container.id,
                 pulumi.ResourceOptions(parent=self, depends_on=[container]),
+                args.registry_mirror_auth,
             )
             join = command.local.Command(
                 f"{node_name}-join",

@@ -4,7 +4,17 @@ checks one after another so each starts from a node with our pods already gone."
 from __future__ import annotations
 
 from ..runner import Check
-from . import dra, dra_pods, extender, gpu, isolation, konnectivity, management, tenant
+from . import (
+    dra,
+    dra_pods,
+    extender,
+    gpu,
+    isolation,
+    konnectivity,
+    management,
+    registries,
+    tenant,
+)
 
 API = ("tenant.api",)
 GPU = ("tenant.api", "nodes.joined", "hami.webhook")
@@ -52,6 +62,12 @@ ALL_CHECKS: tuple[Check, ...] = (
         "nodes.management-clean",
         "Management cluster has no tenant workers",
         management.management_has_no_workers,
+        per_tenant=False,
+    ),
+    Check(
+        "images.registries",
+        "Running images' registries, through the site's mirrors",
+        registries.image_registries,
         per_tenant=False,
     ),
     Check(

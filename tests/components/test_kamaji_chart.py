@@ -17,7 +17,9 @@ from components.platform.kamaji_chart import (
     CACHE_IN_PROJECT,
     KAMAJI_GIT_URL,
     PROJECT_DIR,
+    UPSTREAM,
     ChartFetchFailed,
+    ChartOrigin,
     chart_fetch_script,
     default_cache_root,
     ensure_chart_cache,
@@ -71,6 +73,9 @@ FAKE_HELM = """\
 echo "helm $* repo_config=${HELM_REPOSITORY_CONFIG:-}" >> "$CALLS"
 if [ "$1 $2" = "dependency build" ]; then
   mkdir -p "$3/charts" && touch "$3/charts/kamaji-etcd-0.15.0.tgz"
+elif [ "$1" = pull ]; then
+  dest="${@: -1}"
+  touch "$dest/kamaji-etcd-0.15.0.tgz"
 fi
 """
 
@@ -79,10 +84,12 @@ def _cache_root(tmp_path: Path) -> Path:
     return tmp_path / "cache" / "kamaji-hami-lab" / "kamaji"
 
 
-def _run_fetch(tmp_path: Path, tag_commit: str) -> subprocess.CompletedProcess[str]:
+def _run_fetch(
+    tmp_path: Path, tag_commit: str, origin: ChartOrigin = UPSTREAM
+) -> subprocess.CompletedProcess[str]:
     env = {
         **tool_env(tmp_path),
-        **fetch_environment(SOURCE, _cache_root(tmp_path)),
+        **fetch_environment(SOURCE, _cache_root(tmp_path), origin),
         "LOCK": LOCK,
         "TAG_COMMIT": tag_commit,
     }
@@ -347,3 +354,34 @@ def test_the_pr_preview_has_git_and_a_pinned_helm_before_the_program_runs():
     checkout = next(i for i, name in enumerate(uses) if name.startswith("actions/checkout@"))
     assert checkout < helm  # git: the checkout ran on it
     assert helm < next(i for i, s in enumerate(steps) if "preview_stack.py" in s.get("run", ""))
+
+
+@pytest.mark.parametrize(
+    ("etcd_source", "pull"),
+    [
+        ("https://harbor.example/chartrepo/clastix",
+         "helm pull kamaji-etcd --repo https://harbor.example/chartrepo/clastix --version 0.15.0 "
+         "--destination {subcharts}"),
+        ("oci://harbor.example/charts/",
+         "helm pull oci://harbor.example/charts/kamaji-etcd --version 0.15.0 "
+         "--destination {subcharts}"),
+    ],
+)  # fmt: skip
+def test_a_mirrored_site_clones_its_git_mirror_and_pulls_the_locked_subchart_from_its_source(
+    tmp_path: Path, etcd_source: str, pull: str
+):
+    """The commit is checked as upstream's; the etcd subchart is the Chart.lock's version from
+    the site's repository, where Helm installs subcharts from (charts/)."""
+    fake_tools(tmp_path, {"git": FAKE_GIT, "helm": FAKE_HELM})
+    origin = ChartOrigin("/srv/mirrors/kamaji.git", etcd_source)
+    result = _run_fetch(tmp_path, SOURCE.commit, origin)
+    assert result.returncode == 0, result.stderr
+    clone, _, pulled = (tmp_path / "calls.log").read_text().splitlines()
+    assert clone.startswith(
+        "git clone --quiet --depth 1 --branch 26.8.2-edge /srv/mirrors/kamaji.git "
+    )
+    work = clone.split()[-2].removesuffix("/src")
+    subcharts = f"{work}/src/charts/kamaji/charts"
+    assert pulled.split(" repo_config=")[0] == pull.format(subcharts=subcharts)
+    cached = _cache_root(tmp_path) / SOURCE.commit
+    assert (cached / "kamaji" / "charts" / "kamaji-etcd-0.15.0.tgz").is_file()

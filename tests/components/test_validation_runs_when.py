@@ -90,7 +90,7 @@ def test_the_fingerprint_of_a_stack_is_kept_until_it_sets_a_newer_key():
     plain = parse_config(LAB)
     legacy = hashlib.sha256(
         plain.model_dump_json(
-            exclude={"registry_mirrors", "chart_sources", "kamaji_git_url"}
+            exclude={"registry_mirrors", "registry_mirror_auth", "chart_sources", "kamaji_git_url"}
         ).encode()
     ).hexdigest()
     assert config_fingerprint(plain) == legacy

@@ -82,7 +82,7 @@ def test_pulumi_yaml_declares_each_key_with_the_type_the_model_reads():
 
 def test_pulumi_yaml_tells_how_to_set_each_secret_key():
     config = yaml.safe_load((PROJECT_DIR / "Pulumi.yaml").read_text())["config"]
-    assert SECRET_KEYS == ("managementKubeconfig", "sshPrivateKey")
+    assert SECRET_KEYS == ("managementKubeconfig", "sshPrivateKey", "registryMirrorAuth")
     for key in SECRET_KEYS:
         assert f"pulumi config set --secret {key}" in config[f"{PROJECT}:{key}"]["description"]
 

@@ -50,7 +50,8 @@ def test_mirrors_and_chart_sources_are_read_as_the_cli_passes_them():
     )
     hub, rest = cfg.registry_mirrors
     assert (hub.host, hub.path, hub.ca) == ("harbor.example.com", "dockerhub-proxy", CA)
-    assert (rest.registry, rest.host, rest.path, rest.plain_http) == ("*", "10.0.0.5:5000", "", True)
+    assert (rest.registry, rest.host, rest.path) == ("*", "10.0.0.5:5000", "")
+    assert rest.plain_http
     hami = cfg.chart("hami")
     assert (hami.name, hami.chart, hami.repo) == (
         "hami", "oci://harbor.example.com/charts/hami", None,
@@ -92,3 +93,47 @@ def test_a_bad_mirror_or_chart_source_is_named_by_its_key(keys, key, message):
         read(**keys)
     assert error.value.key == key
     assert message in str(error.value)
+
+
+def secret_auth(value: str, mirrors: list | None = None) -> LabConfig:
+    config = {
+        f"{PROJECT}:tenants": json.dumps(TENANTS),
+        f"{PROJECT}:registryMirrors": json.dumps(
+            mirrors or [{"registry": "docker.io", "mirror": "harbor.example/hub"}]
+        ),
+        f"{PROJECT}:registryMirrorAuth": value,
+    }
+    return parse_config(raw_stack_config(config, [f"{PROJECT}:registryMirrorAuth"]))
+
+
+def test_mirror_credentials_are_a_secret_by_mirror_host():
+    cfg = secret_auth('{"harbor.example": "robot:pw"}')
+    assert cfg.mirror_auth() == {"harbor.example": "robot:pw"}
+    assert "robot:pw" not in cfg.model_dump_json()
+
+
+@pytest.mark.parametrize(
+    ("value", "mirrors", "message"),
+    [
+        ("robot:pw", None, "must be a JSON object"),
+        ('{"other.example": "robot:pw"}', None, "'other.example' is no mirror's host"),
+        ('{"harbor.example": "robot"}', None, "harbor.example: must be 'user:password'"),
+        ('{"lan:5000": "robot:pw"}', [{"registry": "*", "mirror": "lan:5000", "plainHttp": True}],
+         "lan:5000 is a plainHttp mirror: its password would cross in clear"),
+    ],
+)  # fmt: skip
+def test_bad_mirror_credentials_are_named_without_their_value(value, mirrors, message):
+    with pytest.raises(ConfigError) as error:
+        secret_auth(value, mirrors)
+    assert error.value.key == "registryMirrorAuth"
+    assert message in str(error.value)
+    assert "pw" not in str(error.value).replace("password", "")
+
+
+def test_mirror_credentials_must_be_set_as_a_secret():
+    config = {
+        f"{PROJECT}:tenants": json.dumps(TENANTS),
+        f"{PROJECT}:registryMirrorAuth": '{"h": "u:p"}',
+    }
+    with pytest.raises(ConfigError, match="pulumi config set --secret registryMirrorAuth"):
+        parse_config(raw_stack_config(config))

@@ -1,0 +1,110 @@
+"""containerd's hosts.toml files for a mirrored site, as the nodes receive them."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+
+import pytest
+
+from builders.registry_mirrors import (
+    MARKER,
+    files_tar,
+    hosts_toml,
+    install_files_script,
+    registry_files,
+    remove_files_script,
+)
+from labconfig.mirrors import RegistryMirror
+
+CA = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----"
+
+
+@pytest.mark.upstream("containerd-hosts-toml")
+def test_a_pull_through_cache_at_the_root_of_its_host():
+    mirror = RegistryMirror(registry="registry.k8s.io", mirror="cache.example:5000")
+    assert hosts_toml(mirror) == (
+        'server = "https://registry.k8s.io"\n'
+        "\n"
+        '[host."https://cache.example:5000"]\n'
+        '  capabilities = ["pull", "resolve"]\n'
+    )
+
+
+@pytest.mark.upstream("containerd-hosts-toml")
+def test_a_proxy_project_names_its_api_root_and_docker_hub_its_api_host():
+    """A Harbor proxy project is reached at /v2/<project>: containerd must not add /v2 itself."""
+    mirror = RegistryMirror(registry="docker.io", mirror="harbor.example/dockerhub-proxy", ca=CA)
+    assert hosts_toml(mirror) == (
+        'server = "https://registry-1.docker.io"\n'
+        "\n"
+        '[host."https://harbor.example/v2/dockerhub-proxy"]\n'
+        '  capabilities = ["pull", "resolve"]\n'
+        "  override_path = true\n"
+        '  ca = "/etc/containerd/certs.d/docker.io/ca.crt"\n'
+    )
+
+
+@pytest.mark.upstream("containerd-hosts-toml")
+def test_one_mirror_for_every_other_registry_has_no_upstream_server():
+    mirror = RegistryMirror(registry="*", mirror="10.0.0.5:5000", plain_http=True)
+    assert hosts_toml(mirror) == (
+        '[host."http://10.0.0.5:5000"]\n  capabilities = ["pull", "resolve"]\n'
+    )
+    assert set(registry_files([mirror])) == {"/etc/containerd/certs.d/_default/hosts.toml", MARKER}
+
+
+def test_the_files_list_themselves_so_a_later_run_removes_them():
+    files = registry_files(
+        [
+            RegistryMirror(registry="quay.io", mirror="q.example", ca=CA),
+            RegistryMirror(registry="ghcr.io", mirror="g.example"),
+        ]
+    )
+    assert files["/etc/containerd/certs.d/quay.io/ca.crt"] == CA + "\n"
+    assert files[MARKER].splitlines() == sorted(files)
+    assert registry_files([]) == {}
+
+
+def test_the_tar_unpacks_at_the_root_and_is_the_same_bytes_every_time(tmp_path):
+    files = registry_files([RegistryMirror(registry="quay.io", mirror="q.example", ca=CA)])
+    data = files_tar(files)
+    assert files_tar(dict(reversed(files.items()))) == data  # no plan diff on the next run
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        tar.extractall(tmp_path, filter="data")
+    for path, content in files.items():
+        assert (tmp_path / path.lstrip("/")).read_text() == content
+        assert (tmp_path / path.lstrip("/")).stat().st_mode & 0o777 == 0o644
+
+
+def test_the_scripts_replace_and_remove_only_what_the_program_wrote():
+    install, remove = install_files_script(), remove_files_script()
+    assert f"xargs rm -f < {MARKER}" in install and f"xargs rm -f < {MARKER}" in remove
+    # The old files go before the new ones come: a dropped mirror leaves nothing behind.
+    assert install.index("xargs rm -f") < install.index("tar -x -C /")
+    # A container already gone (a destroy of a broken lab) is nothing to do.
+    assert remove.splitlines()[1] == 'docker inspect "$NODE" >/dev/null 2>&1 || exit 0'
+
+
+@pytest.mark.upstream("containerd-default-config-path")
+def test_the_files_go_where_the_node_images_containerd_reads_them_by_default():
+    """kindest/node's containerd 2 reads /etc/containerd/certs.d with no config change, so the
+    program edits no containerd config: it only adds these files."""
+    files = registry_files([RegistryMirror(registry="registry.k8s.io", mirror="m.example")])
+    assert sorted(files) == [
+        "/etc/containerd/certs.d/.kamaji-hami-lab-files",
+        "/etc/containerd/certs.d/registry.k8s.io/hosts.toml",
+    ]
+
+
+@pytest.mark.upstream("containerd-cri-credentials-by-host")
+def test_a_mirrors_credentials_are_a_basic_auth_header_for_that_host_only():
+    mirror = RegistryMirror(registry="docker.io", mirror="harbor.example/hub")
+    other = RegistryMirror(registry="quay.io", mirror="quay-cache.example")
+    files = registry_files([mirror, other], {"harbor.example": "robot$lab:s3cret"})
+    hub = files["/etc/containerd/certs.d/docker.io/hosts.toml"]
+    assert hub.endswith(
+        '  [host."https://harbor.example/v2/hub".header]\n'
+        '    Authorization = "Basic cm9ib3QkbGFiOnMzY3JldA=="\n'
+    )
+    assert "Authorization" not in files["/etc/containerd/certs.d/quay.io/hosts.toml"]
