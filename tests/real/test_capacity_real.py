@@ -421,7 +421,7 @@ def test_the_documented_grant_runs_the_mix_in_the_users_namespace(
     }
     assert data["notes"] == [
         f"{TENANT}: pods of other namespaces not readable (403 list pods at the cluster scope): "
-        f"the cards show only the pods of {TEAM_NS}; HAMi placed them among all"
+        f"the cards show only the pods of {TEAM_NS}; they were placed among all"
     ]
     # Its pods are gone, its namespace stays.
     wait_clean(granted)
