@@ -74,3 +74,35 @@ def test_the_cli_still_refuses_a_secret_key_with_a_plaintext_default(workspace):
         "error: validating stack config: Stack 'lab' with configuration key "
         "'kamaji-hami-lab:sshPrivateKey' must be encrypted as it's secret"
     ]
+
+
+def test_a_mirrored_site_set_as_the_docs_say_reaches_the_program(workspace):
+    """registryMirrors and chartSources set with `--path`, the mirror credentials with
+    `--secret` (docs/mirrored-site.md): the CLI takes them and the program runs with them."""
+    workspace.init_stack("lab")
+    for path, value in (
+        ("registryMirrors[0].registry", "docker.io"),
+        ("registryMirrors[0].mirror", "harbor.example/dockerhub-proxy"),
+        ("registryMirrors[1].registry", "*"),
+        ("registryMirrors[1].mirror", "harbor.example/all-proxy"),
+        ("chartSources.hami", "oci://harbor.example/charts"),
+    ):
+        workspace.pulumi("config", "set", "--stack", "lab", "--path", path, value)
+    workspace.pulumi(
+        "config", "set", "--secret", "--stack", "lab", "registryMirrorAuth",
+        input='{"harbor.example": "robot:pw"}',
+    )  # fmt: skip
+    result = workspace.pulumi("preview", "--stack", "lab", check=False)
+    output = result.stdout + result.stderr
+    assert "kamaji-hami-lab:index:HostPreflight preflight create" in output, output
+    assert all(PLUGIN_ERROR.match(line) for line in error_lines(output)), output
+    assert "robot:pw" not in output
+    # A mistake in them stops the program with one line naming the key.
+    workspace.pulumi("config", "set", "--stack", "lab", "--path", "chartSources.kamaji", "x")
+    result = workspace.pulumi("preview", "--stack", "lab", check=False)
+    errors = error_lines(result.stdout + result.stderr)
+    assert errors == [
+        "error: invalid stack config: chartSources: no chart is named 'kamaji': one of "
+        "cert-manager, metallb, kamaji-etcd, flannel, hami, hami-dra, nvml-mock "
+        '(got {"hami": "oci://harbor.example/charts", "kamaji": "x"})'
+    ], errors
