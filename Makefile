@@ -6,7 +6,7 @@ STACK ?= lab
 STATE_DIR := $(HOME)/.pulumi-kamaji-hami-lab
 
 .PHONY: up preview destroy test test-real test-host lint check capacity up-ready preview-ready destroy-ready mutation \
-	kubeconfig sharing outputs-ready stack
+	kubeconfig sharing outputs-ready stack pulls
 
 # What each tool is for the targets below, and how to install it. A target that needs tools
 # names them with $(call require,...): one line per missing tool, before anything else runs.
@@ -94,6 +94,11 @@ sharing: outputs-ready $(VENV)/.installed
 capacity: outputs-ready $(VENV)/.installed
 	@test -n "$(MIX)" || { echo "set MIX=<mix file>, e.g. MIX=capacity/mixes/inference-heavy.yaml" >&2; exit 2; }
 	$(PY) -m capacity --stack $(STACK) --mix $(MIX) --report-dir reports/$(STACK)/capacity $(ARGS)
+
+# Every image (one per line) and chart the stack pulls at its pinned versions, from its stack
+# file alone: what a mirrored site must hold (docs/mirrored-site.md). ARGS=--charts, --table.
+pulls: $(VENV)/.installed
+	@$(PY) -m planning.pulls Pulumi.$(STACK).yaml $(ARGS)
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .

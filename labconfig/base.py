@@ -5,6 +5,9 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
+# What host tools read for a secret they may not decrypt: the key is set, its value unknown.
+UNREAD_SECRET = "[secret]"
+
 
 class ConfigError(Exception):
     """A stack config value the lab cannot use; the message names the key."""

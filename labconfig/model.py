@@ -20,8 +20,8 @@ from pydantic import (
     model_validator,
 )
 
+from labconfig.base import UNREAD_SECRET, ConfigModel
 from labconfig.base import ConfigError as ConfigError  # re-exported: every caller imports it here
-from labconfig.base import ConfigModel
 from labconfig.gpu_models import (
     KNOWN_GPU_MODELS,
     NVML_MOCK_PROFILES,
@@ -239,7 +239,7 @@ class LabConfig(ConfigModel):
     def mirror_auth(self) -> dict[str, str]:
         """`registryMirrorAuth` by mirror host (checked by parse_config)."""
         text = self.registry_mirror_auth.get_secret_value()
-        return json.loads(text) if text else {}
+        return json.loads(text) if text not in ("", UNREAD_SECRET) else {}
 
     def chart(self, name: str) -> ChartLocation:
         """Where chart `name` comes from: the stack's `chartSources`, else upstream."""

@@ -10,6 +10,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from labconfig.addresses import plan_network
+from labconfig.base import UNREAD_SECRET
 from labconfig.gpu_models import (
     KNOWN_GPU_MODELS,
     NVML_MOCK_PROFILES,
@@ -224,7 +225,7 @@ def _check_node_names(cfg: LabConfig) -> None:
 def _check_mirror_auth(cfg: LabConfig) -> None:
     """Credentials per mirror host; the messages never show a value."""
     text = cfg.registry_mirror_auth.get_secret_value()
-    if not text:
+    if text in ("", UNREAD_SECRET):  # a host tool's read: set, not decrypted
         return
     key = "registryMirrorAuth"
     try:

@@ -4,12 +4,15 @@
 from __future__ import annotations
 
 import contextvars
+import json
 from collections.abc import Collection, Mapping
 from typing import Any
 
 import pulumi
+import yaml
 from pydantic import SecretStr
 
+from labconfig.base import UNREAD_SECRET
 from labconfig.model import PROJECT, ConfigError, LabConfig
 
 _FIELDS_BY_KEY = {field.alias or name: field for name, field in LabConfig.model_fields.items()}
@@ -100,3 +103,16 @@ def raw_stack_config(
 def _read_config_map(config_map: dict[str, str], secret_keys: list[str]) -> dict[str, Any]:
     pulumi.runtime.set_all_config(config_map, secret_keys)
     return read_stack_config(pulumi.Config(PROJECT))
+
+
+def stack_file_values(stack_yaml: str) -> tuple[dict[str, str], list[str]]:
+    """A `Pulumi.<stack>.yaml`'s `config:` as Pulumi's config map and its secret keys, for tools
+    that read a stack without the CLI; a secret's (encrypted) value is never read."""
+    values, secrets = {}, []
+    for key, value in (yaml.safe_load(stack_yaml) or {}).get("config", {}).items():
+        if isinstance(value, dict) and set(value) == {"secure"}:
+            secrets.append(key)
+            values[key] = UNREAD_SECRET
+        else:
+            values[key] = value if isinstance(value, str) else json.dumps(value)
+    return values, secrets

@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 
+from labconfig.base import UNREAD_SECRET
 from labconfig.model import ConfigError
 from labconfig.parse import parse_config
 from labconfig.preflight_checks import PREFLIGHT_CHECKS
@@ -38,7 +39,7 @@ def stack_config_values(config_json: str) -> tuple[dict[str, str], list[str]]:
         if "value" in entry:
             values[key] = entry["value"]
         elif entry.get("secret"):
-            values[key] = "[secret]"
+            values[key] = UNREAD_SECRET
     return values, secrets
 
 
