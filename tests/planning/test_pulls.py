@@ -130,3 +130,17 @@ def test_a_bad_stack_file_is_one_line(tmp_path, capsys):
     stack.write_text("config:\n  kamaji-hami-lab:tenants: []\n")
     assert main([str(stack)]) == 2
     assert capsys.readouterr().err.startswith("pulls: tenants: ")
+
+
+def test_a_stack_file_with_encrypted_mirror_credentials_is_read_without_them(tmp_path, capsys):
+    """Host tools never decrypt: the secret is known to be set, its value is not read."""
+    stack = tmp_path / "Pulumi.site.yaml"
+    stack.write_text(
+        (PROJECT_DIR / "Pulumi.lab.yaml").read_text()
+        + "  kamaji-hami-lab:registryMirrors:\n"
+        + "    - {registry: '*', mirror: harbor.example/all}\n"
+        + "  kamaji-hami-lab:registryMirrorAuth:\n"
+        + "    secure: v1:abc:def\n"
+    )
+    assert main([str(stack), "--table"]) == 0
+    assert "| harbor.example/all |" in capsys.readouterr().out
