@@ -5,8 +5,6 @@ themselves are pulled by the host's Docker, under the names the stack gives them
 from __future__ import annotations
 
 import base64
-import io
-import tarfile
 from collections.abc import Mapping, Sequence
 
 from labconfig.mirrors import ALL_REGISTRIES, RegistryMirror
@@ -71,32 +69,30 @@ def registry_files(
     return files
 
 
-def files_tar(files: dict[str, str]) -> bytes:
-    """The files as a tar to unpack at `/`: the same bytes for the same files (fixed times and
-    owners), so a Command that carries them plans no change on the next run."""
-    out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w", format=tarfile.GNU_FORMAT) as tar:
-        directories = sorted({p.rsplit("/", 1)[0] for p in files})
-        for directory in directories:
-            info = tarfile.TarInfo(directory.lstrip("/"))
-            info.type, info.mode = tarfile.DIRTYPE, 0o755
-            tar.addfile(info)
-        for path in sorted(files):
-            data = files[path].encode()
-            info = tarfile.TarInfo(path.lstrip("/"))
-            info.size, info.mode = len(data), 0o644
-            tar.addfile(info, io.BytesIO(data))
-    return out.getvalue()
+def files_environment(files: dict[str, str]) -> dict[str, str]:
+    """The files as a Command's environment: REGISTRY_FILES lists the paths, REGISTRY_FILE_<n>
+    holds the n-th one's text, so `pulumi preview --diff` shows a change as the lines that
+    changed."""
+    paths = sorted(files)
+    environment = {"REGISTRY_FILES": "\n".join(paths)}
+    environment |= {f"REGISTRY_FILE_{n}": files[path] for n, path in enumerate(paths, 1)}
+    return environment
 
 
 def install_files_script() -> str:
-    """Puts REGISTRY_FILES (base64 of `files_tar`) into container NODE in place of what an
-    earlier run put there. containerd reads hosts.toml on every pull: no restart."""
+    """Puts the files of `files_environment` into container NODE in place of what an earlier
+    run put there. containerd reads hosts.toml on every pull: no restart."""
     return (
         STRICT
         + f"""\
 docker exec "$NODE" sh -c 'if [ -f {MARKER} ]; then xargs rm -f < {MARKER}; fi'
-printf '%s' "$REGISTRY_FILES" | base64 -d | docker exec -i "$NODE" tar -x -C /
+n=0
+for path in $REGISTRY_FILES; do
+  n=$((n + 1))
+  eval "content=\\$REGISTRY_FILE_$n"
+  printf '%s' "$content" |
+    docker exec -i "$NODE" sh -c 'mkdir -p "$(dirname "$1")" && cat > "$1"' sh "$path"
+done
 echo "$NODE pulls through the site's registry mirrors" >&2
 """
     )

@@ -4,14 +4,13 @@ stack without them keeps the graph it had."""
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Mapping, Sequence
 
 import pulumi
 import pulumi_command as command
 
 from builders.registry_mirrors import (
-    files_tar,
+    files_environment,
     install_files_script,
     registry_files,
     remove_files_script,
@@ -28,20 +27,19 @@ def mirror_files(
     auth: Mapping[str, str] | None = None,
 ) -> command.local.Command | None:
     """The Command that keeps `node`'s mirror files as the stack's `registryMirrors` say;
-    `container` (its ID) makes a new container get them again. None without mirrors. With
-    credentials (`registryMirrorAuth`) the files are a secret in the state and the plan."""
+    `container` (its ID) makes a new container get them again. None without mirrors."""
     files = registry_files(mirrors, auth)
     if not files:
         return None
-    encoded = base64.b64encode(files_tar(files)).decode()
+    environment: dict[str, pulumi.Input[str]] = {"NODE": node}
+    for key, text in files_environment(files).items():
+        # A file with a mirror's credentials is a secret in the state and the plan.
+        environment[key] = pulumi.Output.secret(text) if "Authorization" in text else text
     return command.local.Command(
         name,
         create=install_files_script(),
         delete=remove_files_script(),
-        environment={
-            "NODE": node,
-            "REGISTRY_FILES": pulumi.Output.secret(encoded) if auth else encoded,
-        },
+        environment=environment,
         triggers=[container],
         opts=opts,
     )

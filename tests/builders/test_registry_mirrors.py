@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import io
-import tarfile
-
 import pytest
 
 from builders.registry_mirrors import (
     MARKER,
-    files_tar,
+    files_environment,
     hosts_toml,
     install_files_script,
     registry_files,
@@ -66,22 +63,21 @@ def test_the_files_list_themselves_so_a_later_run_removes_them():
     assert registry_files([]) == {}
 
 
-def test_the_tar_unpacks_at_the_root_and_is_the_same_bytes_every_time(tmp_path):
+def test_the_files_reach_the_command_as_readable_text_one_variable_each():
+    """So a preview's diff shows the lines of a hosts.toml that change, not an archive."""
     files = registry_files([RegistryMirror(registry="quay.io", mirror="q.example", ca=CA)])
-    data = files_tar(files)
-    assert files_tar(dict(reversed(files.items()))) == data  # no plan diff on the next run
-    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-        tar.extractall(tmp_path, filter="data")
-    for path, content in files.items():
-        assert (tmp_path / path.lstrip("/")).read_text() == content
-        assert (tmp_path / path.lstrip("/")).stat().st_mode & 0o777 == 0o644
+    environment = files_environment(files)
+    assert environment["REGISTRY_FILES"].split("\n") == sorted(files)
+    for n, path in enumerate(sorted(files), 1):
+        assert environment[f"REGISTRY_FILE_{n}"] == files[path]
+    assert files_environment(dict(reversed(files.items()))) == environment
 
 
 def test_the_scripts_replace_and_remove_only_what_the_program_wrote():
     install, remove = install_files_script(), remove_files_script()
     assert f"xargs rm -f < {MARKER}" in install and f"xargs rm -f < {MARKER}" in remove
     # The old files go before the new ones come: a dropped mirror leaves nothing behind.
-    assert install.index("xargs rm -f") < install.index("tar -x -C /")
+    assert install.index("xargs rm -f") < install.index('cat > "$1"')
     # A container already gone (a destroy of a broken lab) is nothing to do.
     assert remove.splitlines()[1] == 'docker inspect "$NODE" >/dev/null 2>&1 || exit 0'
 

@@ -4,10 +4,6 @@ snapshots hold that graph)."""
 
 from __future__ import annotations
 
-import base64
-import io
-import tarfile
-
 import pytest
 
 from tests.support.pulumi_harness import ProgramRun, lab_stack_config, run_program
@@ -30,12 +26,10 @@ def mirrored() -> ProgramRun:
     return run_program({**lab_stack_config(), "registryMirrors": MIRRORS, "chartSources": SOURCES})
 
 
-def unpacked(command_inputs: dict) -> dict[str, str]:
-    data = base64.b64decode(command_inputs["environment"]["REGISTRY_FILES"])
-    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-        return {
-            f"/{m.name}": tar.extractfile(m).read().decode() for m in tar.getmembers() if m.isfile()
-        }
+def files_of(command_inputs: dict) -> dict[str, str]:
+    environment = command_inputs["environment"]
+    paths = environment["REGISTRY_FILES"].split("\n")
+    return {path: environment[f"REGISTRY_FILE_{n}"] for n, path in enumerate(paths, 1)}
 
 
 def test_the_kind_node_pulls_through_the_mirrors_before_anything_is_installed(
@@ -43,7 +37,7 @@ def test_the_kind_node_pulls_through_the_mirrors_before_anything_is_installed(
 ):
     files = mirrored.named("management-registry-mirrors")
     assert files.inputs["environment"]["NODE"] == "kamaji-hami-lab-control-plane"
-    written = unpacked(files.inputs)
+    written = files_of(files.inputs)
     assert (
         'host."https://harbor.example/v2/k8s-proxy"'
         in written["/etc/containerd/certs.d/registry.k8s.io/hosts.toml"]
@@ -96,5 +90,15 @@ def test_with_credentials_the_files_are_a_secret_in_the_plan():
     config["registryMirrorAuth"] = '{"harbor.example": "robot:pw"}'
     run = run_program(config, secret_keys=["registryMirrorAuth"])
     files = run.named("management-registry-mirrors")
-    assert files.is_secret("environment.REGISTRY_FILES")
-    assert run.named("tenant-a-worker-1-registry-mirrors").is_secret("environment.REGISTRY_FILES")
+    # Only a hosts.toml that carries credentials is secret: the rest stays readable.
+    paths = files.inputs["environment"]["REGISTRY_FILES"].split("\n")
+    secret = {
+        p for n, p in enumerate(paths, 1) if files.is_secret(f"environment.REGISTRY_FILE_{n}")
+    }
+    assert secret == {  # both mirrors are on the host with credentials
+        "/etc/containerd/certs.d/_default/hosts.toml",
+        "/etc/containerd/certs.d/registry.k8s.io/hosts.toml",
+    }
+    assert not files.is_secret("environment.REGISTRY_FILES")
+    worker = run.named("tenant-a-worker-1-registry-mirrors")
+    assert worker.is_secret("environment.REGISTRY_FILE_2")

@@ -199,6 +199,13 @@ ExecStart=/kind/bin/import-images.sh
 [Install]
 WantedBy=multi-user.target
 """
+# kindest/node's containerd 2 reads registry host configs from /etc/containerd/certs.d when its
+# config names none (fact containerd-default-config-path); Debian's containerd 1.6 reads them
+# only when told, so the tier's node image says so, behaving as kindest/node does.
+CERTS_D_CONFIG = """
+[plugins."io.containerd.grpc.v1.cri".registry]
+  config_path = "/etc/containerd/certs.d"
+"""
 IMPORT_SCRIPT = """\
 #!/bin/bash
 set -euo pipefail
@@ -693,7 +700,8 @@ def apply_node_layout(
     (root / "kind/version").write_text(k8s_version)
     manifests = root / "kind/manifests"
     manifests.mkdir(parents=True, exist_ok=True)
-    config = (root / "etc/containerd/config.toml").read_text()
+    config = (root / "etc/containerd/config.toml").read_text() + CERTS_D_CONFIG
+    (root / "etc/containerd/config.toml").write_text(config)
     (manifests / "default-cni.yaml").write_text(
         default_cni_manifest(kube_proxy_image(k8s_version), sandbox_image(config))
     )

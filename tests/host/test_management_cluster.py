@@ -23,12 +23,14 @@ from container_stats import stats
 from docker_host import Docker
 from footprint_report import FOOTPRINT
 from management_cluster import Cluster, kubectl, management_cluster, run_script
-from program import CreatedNetwork, assert_only_on_the_lab_network
-from test_node_image import mirrored_run, wait_for_boot
+from program import CreatedNetwork, TierHost, assert_only_on_the_lab_network
+from site_mirror import site_mirror
+from test_node_image import mirrored_config, mirrored_run, wait_for_boot
 from test_workers import WORKER, create_as_the_provider, leftover, remove_as_the_provider
 
 from planning import footprint
 from tests.support.docker_readback import container_attributes
+from tests.support.pulumi_harness import run_program
 
 
 @pytest.fixture(scope="module")
@@ -314,6 +316,75 @@ def test_the_leave_script_only_warns_when_the_tenant_is_unreachable(
     left = run_script(docker, tier_cache_dir, leave_script.script, environment)
     assert left.returncode == 0, left.stderr
     assert f"warning: could not delete node {WORKER} from its tenant" in left.stderr
+
+
+MIRRORED = "e2e-mirror/busybox:1.0"  # a repository no registry.k8s.io image has
+PULL_TIMEOUT_SECONDS = 180
+
+
+def pod_running(tier_cache: Path, kubeconfig: str, name: str, image: str, *command: str) -> float:
+    """Seconds from creating a pod of `image` (no pull secret, the default pull policy) to it
+    Running on the kind node."""
+    started = time.monotonic()
+    run = ("--command", "--", *command) if command else ()
+    created = kubectl(
+        tier_cache, kubeconfig, "run", name, f"--image={image}", "--restart=Never", *run
+    )
+    assert created.returncode == 0, created.stderr
+    while True:
+        pod = json.loads(kubectl(tier_cache, kubeconfig, "get", "pod", name, "-o", "json").stdout)
+        if pod.get("status", {}).get("phase") == "Running":
+            return time.monotonic() - started
+        assert time.monotonic() - started < PULL_TIMEOUT_SECONDS, json.dumps(pod.get("status"))
+        time.sleep(0.5)
+
+
+@pytest.mark.upstream("containerd-default-config-path", "containerd-hosts-toml")
+def test_the_kind_node_pulls_a_registry_k8s_io_name_through_the_sites_mirror(
+    docker: Docker, kind_cluster: Cluster, tier_cache_dir: Path, busybox: str,
+    lab_network: CreatedNetwork, mirrored_node_image: str, tmp_path: Path,
+):  # fmt: skip
+    """The program's own mirror Command for the kind node (registryMirrors: registry.k8s.io
+    through a mirror on the lab network's gateway), run as pulumi-command runs it: the node's
+    containerd then pulls `registry.k8s.io/e2e-mirror/busybox:1.0`, a name upstream does not
+    have and nothing preloaded, from the mirror, with no `kind load`; the Command's delete
+    removes the files again."""
+    node, kubeconfig = kind_cluster.command.node, kind_cluster.created.stdout
+    gateway = lab_network.inspect["IPAM"]["Config"][0]["Gateway"]
+    image = f"registry.k8s.io/{MIRRORED}"
+    listed = docker.run("exec", node, "ctr", "-n", "k8s.io", "images", "ls", "-q").stdout
+    assert "registry.k8s.io/pause:3.10" in listed and "e2e-mirror" not in listed
+    with site_mirror(docker, tier_cache_dir, busybox, gateway, MIRRORED, tmp_path) as mirror:
+        config = mirrored_config(mirrored_node_image)
+        config["registryMirrors"] = [
+            {"registry": "registry.k8s.io", "mirror": mirror.address, "plainHttp": True}
+        ]
+        files = run_program(config, host=TierHost()).named("management-registry-mirrors")
+        env = dict(files.inputs["environment"])
+        assert env["NODE"] == node
+        installed = run_script(docker, tier_cache_dir, files.inputs["create"], env)
+        assert installed.returncode == 0, installed.stderr
+        hosts = docker.run(
+            "exec", node, "cat", "/etc/containerd/certs.d/registry.k8s.io/hosts.toml"
+        )
+        assert f'[host."http://{mirror.address}"]' in hosts.stdout
+        try:
+            through_mirror = pod_running(
+                tier_cache_dir, kubeconfig, "e2e-mirror", image, "sleep", "3600"
+            )
+            preloaded = pod_running(
+                tier_cache_dir, kubeconfig, "e2e-preloaded", "registry.k8s.io/pause:3.10"
+            )
+        finally:
+            kubectl(tier_cache_dir, kubeconfig, "delete", "pod", "e2e-mirror", "e2e-preloaded",
+                    "--now", "--ignore-not-found")  # fmt: skip
+        assert "GET /v2/e2e-mirror/busybox/manifests/1.0" in mirror.requests()
+        print(f"kind node: a pod Running in {through_mirror:.1f} s through the mirror, "
+              f"{preloaded:.1f} s on a preloaded image")  # fmt: skip
+        removed = run_script(docker, tier_cache_dir, files.inputs["delete"], env)
+        assert removed.returncode == 0, removed.stderr
+        left = docker.run("exec", node, "ls", "-A", "/etc/containerd/certs.d/registry.k8s.io")
+        assert left.stdout.strip() == ""
 
 
 def test_the_delete_script_removes_the_cluster(
