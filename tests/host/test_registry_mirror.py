@@ -19,7 +19,6 @@ cri-tools v1.34.0 and copies crictl into the worker.
 
 from __future__ import annotations
 
-import base64
 import json
 import time
 from collections.abc import Iterator
@@ -38,7 +37,7 @@ from test_workers import WORKER, create_as_the_provider, leftover, remove_as_the
 from builders.registry_mirrors import (
     CERTS_DIR,
     MARKER,
-    files_tar,
+    files_environment,
     install_files_script,
     registry_files,
     remove_files_script,
@@ -83,8 +82,7 @@ def node_files(docker: Docker, node: str) -> list[str]:
 
 def environment(mirrors: list[RegistryMirror]) -> dict[str, str]:
     """What the program's mirror Command for the worker carries (components/registry_mirrors)."""
-    encoded = base64.b64encode(files_tar(registry_files(mirrors))).decode()
-    return {"NODE": WORKER, "REGISTRY_FILES": encoded}
+    return {"NODE": WORKER, **files_environment(registry_files(mirrors))}
 
 
 def images_named(docker: Docker, node: str, name: str) -> list[str]:
