@@ -65,10 +65,16 @@ ALL_CHECKS: tuple[Check, ...] = (
         per_tenant=False,
     ),
     Check(
-        "images.registries",
-        "Running images' registries, through the site's mirrors",
-        registries.image_registries,
+        "mgmt.registries",
+        "Management cluster's images: registries, site mirrors",
+        registries.management_registries,
         per_tenant=False,
+    ),
+    Check(
+        "images.registries",
+        "Tenant's images: registries, site mirrors",
+        registries.tenant_registries,
+        requires=API,
     ),
     Check(
         "konnectivity.logs",

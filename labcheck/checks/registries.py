@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ..cluster import Obj
+from ..cluster import Cluster, Obj
 from ..context import RunContext
 from ..result import CheckFailed, Evidence
+from ..spec import Tenant
 
 DOCKER_HUB = "docker.io"
 ALL_REGISTRIES = "*"
@@ -44,27 +45,28 @@ def _through(registry: str, mirrors: dict[str, str]) -> str:
     return f"through {mirror}" if mirror else "upstream"
 
 
-def image_registries(ctx: RunContext) -> Evidence:
+def _registries(ctx: RunContext, name: str, cl: Cluster) -> Evidence:
     mirrors = ctx.spec.registry_mirrors
-    clusters = [("management", ctx.mgmt())]
-    clusters += [(t.name, ctx.tenant(t)) for t in ctx.spec.tenants]
-    lines, uncovered = [], []
-    for name, cl in clusters:
-        images = pod_images(cl.list_pods())
-        counts = Counter(registry_of(image) for image in images)
-        parts = [f"{r} {n} ({_through(r, mirrors)})" for r, n in sorted(counts.items())]
-        lines.append(f"{name}: " + (", ".join(parts) or "no running pods"))
-        if mirrors:
-            uncovered += [
-                f"{name}: {image}"
-                for image in sorted(images)
-                if _through(registry_of(image), mirrors) == "upstream"
-            ]
-    if uncovered:
+    images = pod_images(cl.list_pods())
+    counts = Counter(registry_of(image) for image in images)
+    parts = [f"{r} {n} ({_through(r, mirrors)})" for r, n in sorted(counts.items())]
+    line = f"{name}: " + (", ".join(parts) or "no running pods")
+    uncovered = [
+        image for image in sorted(images) if _through(registry_of(image), mirrors) == "upstream"
+    ]
+    if mirrors and uncovered:
         raise CheckFailed(
             "every running image's registry has a mirror (registryMirrors)",
             "; ".join(uncovered),
             "no mirror for that registry: add one to registryMirrors, or a `*` mirror",
         )
     how = "through the site's mirrors" if mirrors else "from upstream (no registryMirrors)"
-    return Evidence(f"{len(clusters)} cluster(s), images {how}", tuple(lines))
+    return Evidence(f"{len(images)} image(s) {how}", (line,))
+
+
+def management_registries(ctx: RunContext) -> Evidence:
+    return _registries(ctx, "management", ctx.mgmt())
+
+
+def tenant_registries(ctx: RunContext, t: Tenant) -> Evidence:
+    return _registries(ctx, t.name, ctx.tenant(t))

@@ -71,28 +71,33 @@ def test_the_images_of_running_pods_with_their_init_containers():
 
 
 def test_without_mirrors_it_reports_each_clusters_registries_as_upstream():
-    result = check_result(with_pods(standard_lab()), CHECK, tenant="")
-    assert result.status == "pass", result
-    assert "from upstream (no registryMirrors)" in result.evidence
-    assert "management: docker.io 1 (upstream), registry.k8s.io 2 (upstream)" in result.detail
-    assert "tenant-a: ghcr.io 1 (upstream)" in result.detail
+    lab = with_pods(standard_lab())
+    management = check_result(lab, "mgmt.registries", tenant="")
+    assert management.status == "pass", management
+    assert management.evidence == "3 image(s) from upstream (no registryMirrors)"
+    assert management.detail == (
+        "management: docker.io 1 (upstream), registry.k8s.io 2 (upstream)",
+    )
+    tenant = check_result(lab, CHECK, tenant="tenant-a")
+    assert tenant.detail == ("tenant-a: ghcr.io 1 (upstream)",)
 
 
 def test_with_mirrors_each_registry_says_its_mirror():
     lab = with_pods(standard_lab())
     lab.spec["registryMirrors"] = {"registry.k8s.io": "harbor/k8s", "*": "harbor/all"}
-    result = check_result(lab, CHECK, tenant="")
+    result = check_result(lab, "mgmt.registries", tenant="")
     assert result.status == "pass", result
-    assert (
-        "management: docker.io 1 (through harbor/all), registry.k8s.io 2 (through harbor/k8s)"
-        in (result.detail)
+    assert result.detail == (
+        "management: docker.io 1 (through harbor/all), registry.k8s.io 2 (through harbor/k8s)",
     )
 
 
 def test_an_image_no_mirror_covers_fails_naming_it():
     lab = with_pods(standard_lab())
     lab.spec["registryMirrors"] = {"registry.k8s.io": "harbor/k8s", "docker.io": "harbor/hub"}
-    result = check_result(lab, CHECK, tenant="")
+    assert check_result(lab, "mgmt.registries", tenant="").status == "pass"
+    result = check_result(lab, CHECK, tenant="tenant-a")
     assert result.status == "fail"
-    assert result.seen == "tenant-a: ghcr.io/flannel-io/flannel:v0.28.9"
+    assert result.seen == "ghcr.io/flannel-io/flannel:v0.28.9"
     assert "add one to registryMirrors" in result.cause
+    assert check_result(lab, CHECK, tenant="tenant-b").status == "pass"  # no pods there
