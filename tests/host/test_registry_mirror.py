@@ -5,10 +5,11 @@ A worker container from the tier's node image (created as the provider creates t
 install script, run as pulumi-command runs it, with the environment the program's
 `<node>-registry-mirrors` Command carries. Its containerd then pulls
 `registry.k8s.io/e2e-mirror/busybox:1.0` through the CRI (crictl, as kubelet asks) from a site
-mirror on the lab network's gateway (site_mirror.py: distribution's registry, plain HTTP). That
-name exists nowhere else: upstream has no such repository, the node image does not preload it,
-nothing is `kind load`ed, the host's Docker holds it under no name, and the pull fails before the
-files are installed and after the program's delete removed them.
+mirror on the lab network's gateway (site_mirror.py: distribution's registry, plain HTTP), and
+runs a container of it, timed against one of a preloaded image. That name exists nowhere else:
+upstream has no such repository, the node image does not preload it, nothing is `kind load`ed,
+the host's Docker holds it under no name, and the pull fails before the files are installed and
+once another mirror list replaced them.
 
 The node image's containerd is Debian's 1.6.20, whose CRI reads hosts.toml only from a
 configured `config_path`; the image sets `/etc/containerd/certs.d`, where kindest/node's
@@ -20,6 +21,7 @@ cri-tools v1.34.0 and copies crictl into the worker.
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -58,6 +60,11 @@ CRICTL_SET = binaries.BinarySet(
 )
 CRI_ENDPOINT = "unix:///run/containerd/containerd.sock"
 PULL_TIMEOUT_SECONDS = 120
+# The access log's line for containerd's resolve of the tag through the mirror (a HEAD first).
+MANIFEST_REQUEST = (
+    r'"(HEAD|GET) /v2/e2e-mirror/busybox/manifests/1\.0\?ns=registry\.k8s\.io HTTP/1\.1" 200 '
+    r'.*"containerd/'
+)
 TIMINGS: dict[str, float] = {}
 
 
@@ -93,6 +100,35 @@ def images_named(docker: Docker, node: str, name: str) -> list[str]:
         listed = docker.run("exec", node, "ctr", "-n", namespace, "images", "ls", "-q").stdout
         found += [f"{namespace}: {image}" for image in listed.split() if name in image]
     return found
+
+
+def run_container(
+    docker: Docker, node: str, name: str, image: str, *command: str, no_pull: bool = False
+) -> float:
+    """Seconds for `crictl run` (a pod sandbox on the node's network, a container of `image`,
+    pulled unless `no_pull`) to return with the container running."""
+    pod = {
+        "metadata": {"name": name, "namespace": "default", "uid": name, "attempt": 0},
+        "log_directory": f"/tmp/{name}",
+        # the node's containerd uses systemd cgroups: a parent slice, as the kubelet gives one
+        "linux": {"cgroup_parent": "system.slice", "security_context": {
+            "namespace_options": {"network": 2}}},  # NODE: no CNI on this worker
+    }  # fmt: skip
+    container = {"metadata": {"name": name}, "image": {"image": image}, "log_path": "log"}
+    if command:
+        container["command"] = list(command)
+    for kind, spec in (("pod", pod), ("container", container)):
+        write = f"mkdir -p /tmp/{name} && cat > /tmp/{name}-{kind}.json"
+        docker.run("exec", "-i", node, "sh", "-c", write, input=json.dumps(spec))
+    started = time.monotonic()
+    ran = crictl(docker, node, "run", *(["--no-pull"] if no_pull else []),
+                 f"/tmp/{name}-container.json", f"/tmp/{name}-pod.json")  # fmt: skip
+    seconds = time.monotonic() - started
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    container_id = ran.stdout.split()[-1]
+    state = json.loads(crictl(docker, node, "inspect", container_id).stdout)["status"]
+    assert state["state"] == "CONTAINER_RUNNING", state
+    return seconds
 
 
 @pytest.fixture(scope="module")
@@ -179,7 +215,11 @@ def test_the_worker_pulls_a_registry_k8s_io_name_through_the_sites_mirror(
     pulled = crictl(docker, worker, "pull", IMAGE)
     TIMINGS["pull through the mirror"] = time.monotonic() - started
     assert pulled.returncode == 0, pulled.stdout + pulled.stderr
-    assert "GET /v2/e2e-mirror/busybox/manifests/1.0" in mirror.requests(), mirror.requests()
+    # containerd's requests for registry.k8s.io's name (`ns=`), answered by the mirror
+    served = mirror.requests()
+    assert re.search(MANIFEST_REQUEST, served), served
+    config = json.loads(docker.run("image", "inspect", busybox).stdout)[0]["Id"]
+    assert f'"GET /v2/e2e-mirror/busybox/blobs/{config}?ns=registry.k8s.io HTTP/1.1" 200' in served
     listed = json.loads(crictl(docker, worker, "images", "-o", "json").stdout)["images"]
     tags = {tag for image in listed for tag in image.get("repoTags") or ()}
     assert IMAGE in tags
@@ -187,7 +227,17 @@ def test_the_worker_pulls_a_registry_k8s_io_name_through_the_sites_mirror(
     ours = json.loads(docker.run("image", "inspect", busybox).stdout)[0]["RootFS"]["Layers"]
     inspected = json.loads(crictl(docker, worker, "inspecti", IMAGE).stdout)
     assert inspected["info"]["imageSpec"]["rootfs"]["diff_ids"] == ours
-    print(f"worker: crictl pull through the mirror {TIMINGS['pull through the mirror']:.1f} s")
+
+    # A container of it, pulled again through the mirror, against one of a preloaded image.
+    assert crictl(docker, worker, "rmi", IMAGE).returncode == 0
+    TIMINGS["container of the mirrored name, pull included"] = run_container(
+        docker, worker, "through-mirror", IMAGE, "sleep", "3600"
+    )
+    TIMINGS["container of a preloaded image"] = run_container(
+        docker, worker, "preloaded", PRELOADED, no_pull=True
+    )
+    crictl(docker, worker, "rmp", "--force", "--all")
+    print("\nworker: " + ", ".join(f"{what} {seconds:.1f} s" for what, seconds in TIMINGS.items()))
 
 
 def test_another_mirror_list_replaces_the_files_and_the_delete_removes_them(
