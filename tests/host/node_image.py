@@ -42,7 +42,8 @@ import sys
 import tarfile
 import time
 import urllib.request
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -840,10 +841,10 @@ MIRROR_REPOSITORY = "kindest/node"
 REGISTRY_START_TIMEOUT_SECONDS = 30
 
 
-def registry_config(storage: Path, address: str) -> str:
+def registry_config(storage: Path, address: str, level: str = "warn") -> str:
     return (
         "version: 0.1\n"
-        "log:\n  level: warn\n"
+        f"log:\n  level: {level}\n"
         f"storage:\n  filesystem:\n    rootdirectory: {storage}\n"
         f"http:\n  addr: {address}\n"
     )
@@ -871,6 +872,34 @@ def _answers(url: str) -> bool:
         return False
 
 
+@contextmanager
+def registry_process(
+    binary: Path, storage: Path, address: str, log: Path, level: str = "warn"
+) -> Iterator[None]:
+    config = log.with_suffix(".yml")
+    config.write_text(registry_config(storage, address, level))
+    with log.open("ab") as out:
+        process = subprocess.Popen(
+            [str(binary), "serve", str(config)],
+            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True, env={**os.environ, "OTEL_TRACES_EXPORTER": "none"},
+        )  # fmt: skip
+        try:
+            deadline = time.monotonic() + REGISTRY_START_TIMEOUT_SECONDS
+            while not _answers(f"http://{address}/v2/"):
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"the registry did not start on {address}; see {log}")
+                time.sleep(0.2)
+            yield
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
 def publish(docker: Docker, tier_cache: Path, tag: str, mirror: str = MIRROR) -> str:
     """Pushes the node image to a registry on loopback (started for the push, stopped by its
     PID after it); returns the digest-pinned name a stack config names it by."""
@@ -880,31 +909,11 @@ def publish(docker: Docker, tier_cache: Path, tag: str, mirror: str = MIRROR) ->
     paths = BuildPaths.under(tier_cache)
     env, go_version = go_env()
     binaries.build_set(REGISTRY_SET, paths.go_root, env, go_version)
-    config = paths.root / "registry.yml"
-    config.write_text(registry_config(paths.root / "registry", mirror))
-    log = (paths.root / "registry.log").open("ab")
-    registry = subprocess.Popen(
-        [str(paths.bin / "registry"), "serve", str(config)],
-        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        env={**os.environ, "OTEL_TRACES_EXPORTER": "none"},  # no collector to send traces to
-    )  # fmt: skip
-    try:
-        deadline = time.monotonic() + REGISTRY_START_TIMEOUT_SECONDS
-        while not _answers(f"http://{mirror}/v2/"):
-            if registry.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the loopback registry did not start; see {log.name}")
-            time.sleep(0.2)
+    log = paths.root / "registry.log"
+    with registry_process(paths.bin / "registry", paths.root / "registry", mirror, log):
         mirrored_tag = f"{mirror}/{MIRROR_REPOSITORY}:{K8S_VERSION}"
         docker.run("tag", tag, mirrored_tag)
         docker.run("push", mirrored_tag, timeout=900)
-    finally:
-        registry.terminate()
-        try:
-            registry.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            registry.kill()
-            registry.wait()
-        log.close()
     reference = mirrored_reference(_repo_digests(docker, tag), mirror, K8S_VERSION)
     if reference is None:
         raise RuntimeError(f"docker push to {mirror} left no RepoDigest on {tag}")

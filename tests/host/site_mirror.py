@@ -8,19 +8,15 @@ gateway."""
 
 from __future__ import annotations
 
-import os
+import re
 import socket
-import subprocess
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from docker_host import Docker
-from node_image import REGISTRY_SET, BuildPaths, _answers, binaries, go_env, registry_config
-
-START_TIMEOUT_SECONDS = 30
+from node_image import REGISTRY_SET, BuildPaths, binaries, go_env, registry_process
 
 
 @dataclass
@@ -32,37 +28,18 @@ class SiteMirror:
     def requests(self) -> str:
         return self.log.read_text(errors="replace")
 
+    def served(self, repository: str, tag: str, upstream: str) -> bool:
+        """A tag resolved here for `upstream` (containerd names the registry it mirrors in the
+        `ns` parameter), answered 200."""
+        line = rf'"(HEAD|GET) /v2/{re.escape(repository)}/manifests/{re.escape(tag)}'
+        line += rf'\?ns={re.escape(upstream)} HTTP/1\.1" 200 '
+        return re.search(line, self.requests()) is not None
+
 
 def free_port(host: str) -> int:
     with socket.socket() as probe:
         probe.bind((host, 0))
         return probe.getsockname()[1]
-
-
-@contextmanager
-def registry_process(binary: Path, storage: Path, address: str, log: Path) -> Iterator[None]:
-    config = log.with_suffix(".yml")
-    config.write_text(registry_config(storage, address).replace("level: warn", "level: info"))
-    with log.open("ab") as out:
-        process = subprocess.Popen(
-            [str(binary), "serve", str(config)],
-            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-            start_new_session=True, env={**os.environ, "OTEL_TRACES_EXPORTER": "none"},
-        )  # fmt: skip
-        try:
-            deadline = time.monotonic() + START_TIMEOUT_SECONDS
-            while not _answers(f"http://{address}/v2/"):
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"the mirror did not start on {address}; see {log}")
-                time.sleep(0.2)
-            yield
-        finally:
-            process.terminate()
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
 
 
 @contextmanager
@@ -83,5 +60,5 @@ def site_mirror(
         finally:
             docker.run("rmi", pushed, check=False)
     address = f"{gateway}:{free_port(gateway)}"
-    with registry_process(binary, storage, address, work / "serve.log"):
+    with registry_process(binary, storage, address, work / "serve.log", level="info"):
         yield SiteMirror(address, repository, work / "serve.log")

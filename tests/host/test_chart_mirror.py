@@ -17,7 +17,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ from pathlib import Path
 
 import pytest
 from node_image import go_env
+from site_mirror import free_port
 from workload_images import flannel_chart_dir, helm_binary
 
 from labconfig.parse import parse_config
@@ -63,12 +63,6 @@ def cert_manager_chart(version: str, work: Path) -> Path:
     return chart
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def helm(helm_bin: Path, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """helm with every file of its own in `home` (none of the user's)."""
     env = {"PATH": os.environ["PATH"], "HOME": str(home)}
@@ -102,7 +96,7 @@ def chart_repository(tier_cache_dir: Path, tmp_path_factory) -> Iterator[tuple[s
     for chart in charts:
         packed = helm(helm_bin, home, "package", str(chart), "--destination", str(repo))
         assert packed.returncode == 0, packed.stderr
-    port = free_port()
+    port = free_port("127.0.0.1")
     url = f"http://127.0.0.1:{port}"
     indexed = helm(helm_bin, home, "repo", "index", str(repo), "--url", url)
     assert indexed.returncode == 0, indexed.stderr

@@ -378,7 +378,7 @@ def test_the_kind_node_pulls_a_registry_k8s_io_name_through_the_sites_mirror(
         finally:
             kubectl(tier_cache_dir, kubeconfig, "delete", "pod", "e2e-mirror", "e2e-preloaded",
                     "--now", "--ignore-not-found")  # fmt: skip
-        assert "GET /v2/e2e-mirror/busybox/manifests/1.0" in mirror.requests()
+        assert mirror.served("e2e-mirror/busybox", "1.0", "registry.k8s.io"), mirror.requests()
         print(f"kind node: a pod Running in {through_mirror:.1f} s through the mirror, "
               f"{preloaded:.1f} s on a preloaded image")  # fmt: skip
         removed = run_script(docker, tier_cache_dir, files.inputs["delete"], env)

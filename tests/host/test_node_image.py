@@ -31,7 +31,6 @@ from node_image import (
     sandbox_image,
 )
 from program import CreatedNetwork, TierHost
-from site_mirror import site_mirror
 from test_workers import WORKER, create_as_the_provider, leftover, remove_as_the_provider
 
 from labconfig.parse import parse_config
@@ -225,52 +224,6 @@ def test_the_worker_boots_systemd_and_containerd(docker: Docker, booted_worker):
     config = docker.run("exec", container, "cat", "/etc/containerd/config.toml").stdout
     wanted = {spec.name for spec in preloaded_images(config)}
     assert wanted <= set(names.stdout.split()), names.stdout
-
-
-@pytest.mark.upstream("containerd-hosts-toml")
-def test_the_programs_mirror_files_make_the_worker_pull_through_the_sites_mirror(
-    docker: Docker, booted_worker, busybox: str, lab_network: CreatedNetwork,
-    mirrored_node_image: str, tier_cache_dir: Path, tmp_path: Path,
-):  # fmt: skip
-    """The program's mirror Command for tenant-a-worker-1, run as pulumi-command runs it, puts
-    containerd's hosts.toml into the worker; containerd's resolver then takes
-    `registry.k8s.io/e2e-mirror/busybox:1.0` from the site's mirror on the lab network (`ctr`
-    with the same host directory: the node has no CRI client; the kind node's test pulls through
-    the CRI). A second run with other mirrors leaves only its own files."""
-    from management_cluster import run_script  # it imports this module: not at the top
-
-    _, container = booted_worker
-    assert wait_for_boot(docker, container) in ("running", "degraded")
-    gateway = lab_network.inspect["IPAM"]["Config"][0]["Gateway"]
-    repository = "e2e-mirror/busybox:1.0"
-    with site_mirror(docker, tier_cache_dir, busybox, gateway, repository, tmp_path) as mirror:
-        config = mirrored_config(mirrored_node_image)
-        config["registryMirrors"] = [
-            {"registry": "registry.k8s.io", "mirror": mirror.address, "plainHttp": True}
-        ]
-        files = run_program(config, host=TierHost()).named(f"{WORKER}-registry-mirrors")
-        env = dict(files.inputs["environment"])
-        installed = run_script(docker, tier_cache_dir, files.inputs["create"], env)
-        assert installed.returncode == 0, installed.stderr
-        pulled = docker.run(
-            "exec", container, "ctr", "-n", "k8s.io", "images", "pull",
-            "--hosts-dir", "/etc/containerd/certs.d", f"registry.k8s.io/{repository}",
-            check=False, timeout=300,
-        )  # fmt: skip
-        assert pulled.returncode == 0, pulled.stdout + pulled.stderr
-        assert "GET /v2/e2e-mirror/busybox/manifests/1.0" in mirror.requests()
-        # Another mirror list in place of this one: the old registry's files go.
-        config["registryMirrors"] = [{"registry": "quay.io", "mirror": mirror.address,
-                                      "plainHttp": True}]  # fmt: skip
-        again = run_program(config, host=TierHost()).named(f"{WORKER}-registry-mirrors")
-        replaced = run_script(docker, tier_cache_dir, again.inputs["create"],
-                              dict(again.inputs["environment"]))  # fmt: skip
-        assert replaced.returncode == 0, replaced.stderr
-        listing = docker.run("exec", container, "find", "/etc/containerd/certs.d", "-type", "f")
-        assert sorted(listing.stdout.split()) == [
-            "/etc/containerd/certs.d/.kamaji-hami-lab-files",
-            "/etc/containerd/certs.d/quay.io/hosts.toml",
-        ]
 
 
 def test_the_booted_worker_gives_the_provider_no_diff(docker: Docker, booted_worker):
