@@ -181,6 +181,43 @@ echo "$API_ENDPOINT answers" >&2
     )
 
 
+def tenant_admin_authorized_wait_script(
+    timeout_seconds: int = 300, consecutive: int = 3, interval_seconds: int = 2
+) -> str:
+    """Waits until the tenant's admin kubeconfig may do everything (`kubectl auth can-i '*' '*'`),
+    `consecutive` times in a row.
+
+    Kamaji reports the control plane Ready, and /healthz answers, a few seconds before its
+    kubeadm phase has bound the admin user's group (`kubeadm:cluster-admins`) to cluster-admin:
+    the first objects the program creates in the tenant were refused as forbidden in a whole
+    lab's run (docs/upstream-facts/tenant.md, kamaji-admin-rbac-after-ready). Needs
+    LAB_KUBECONFIG (the tenant's admin kubeconfig).
+    """
+    return (
+        STRICT
+        + KUBECONFIG_PRELUDE
+        + f"""deadline=$(( $(date +%s) + {timeout_seconds} ))
+granted=0
+while [ "$granted" -lt {consecutive} ]; do
+  answer=$(kubectl --request-timeout=10s auth can-i '*' '*' --all-namespaces 2>/dev/null || true)
+  if [ "$answer" = yes ]; then
+    granted=$((granted + 1))
+  else
+    granted=0
+  fi
+  if [ "$granted" -lt {consecutive} ] && [ "$(date +%s)" -ge "$deadline" ]; then
+    echo "the tenant's admin kubeconfig was not granted cluster-admin within {timeout_seconds}s;" \\
+      "Kamaji binds kubeadm:cluster-admins to it once the control plane is set up:" >&2
+    kubectl --request-timeout=10s auth can-i '*' '*' --all-namespaces >&2 || true
+    exit 1
+  fi
+  [ "$granted" -ge {consecutive} ] || sleep {interval_seconds}
+done
+echo "the tenant's admin kubeconfig is cluster-admin" >&2
+"""
+    )
+
+
 def admission_policy_api_wait_script(
     timeout_seconds: int = 300, consecutive: int = 3, interval_seconds: int = 2
 ) -> str:

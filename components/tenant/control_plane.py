@@ -28,6 +28,7 @@ from builders.scripts import (
     admission_policy_api_wait_script,
     api_server_healthz_wait_script,
     control_plane_admission_wait_script,
+    tenant_admin_authorized_wait_script,
 )
 from labconfig.model import TenantConfig
 
@@ -150,6 +151,15 @@ class Tenant(pulumi.ComponentResource):
         self.kubeconfig = pulumi.Output.secret(
             admin_secret.data.apply(lambda data: decode_kubeconfig(tenant.name, data))
         )
+        # Kamaji binds the admin user's group to cluster-admin a few seconds after the control
+        # plane reports Ready: nothing is created in the tenant before that.
+        self.admin_ready = command.local.Command(
+            f"{name}-admin-ready",
+            create=tenant_admin_authorized_wait_script(),
+            environment={"LAB_KUBECONFIG": self.kubeconfig},
+            triggers=[self.api_ready.id],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.api_ready]),
+        )
         # From the gate's ID, so the identifier depends on the control plane: when the engine
         # replaces the control plane (with the management cluster, or on its own) it takes the
         # identifier as unknown, DiffConfig replaces the provider, and everything in the tenant
@@ -163,7 +173,10 @@ class Tenant(pulumi.ComponentResource):
         # reboot) would silently drop every tenant resource from the state.
         self.provider = k8s.Provider(
             f"{name}-provider",
-            kubeconfig=self.kubeconfig,
+            # through the gate: every object the provider creates waits for the admin's grant
+            kubeconfig=pulumi.Output.all(self.kubeconfig, self.admin_ready.id).apply(
+                lambda pair: pair[0]
+            ),
             cluster_identifier=self.identity,
             opts=pulumi.ResourceOptions(parent=self),
         )
@@ -178,7 +191,7 @@ class Tenant(pulumi.ComponentResource):
                 environment={"LAB_KUBECONFIG": self.kubeconfig, "POLICY_API": api_version},
                 triggers=[self.api_ready.id, api_version, *apiserver_extra_args(tenant)],
                 opts=pulumi.ResourceOptions(
-                    parent=self, depends_on=[self.control_plane, self.api_ready]
+                    parent=self, depends_on=[self.control_plane, self.admin_ready]
                 ),
             )
         self.register_outputs(
