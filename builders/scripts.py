@@ -313,6 +313,38 @@ echo "$NODE_NAME joined" >&2
     )
 
 
+def kamaji_datastores_delete_script(timeout_seconds: int = 180) -> str:
+    """Deletes the DataStores of Kamaji's release while Kamaji still runs, on destroy, before the
+    release goes.
+
+    A DataStore carries Kamaji's finalizer, which only Kamaji's own controller removes once no
+    TenantControlPlane uses it; `helm uninstall` deletes the DataStore and the controller at once,
+    so the DataStore stayed Terminating and the release's delete waited on it (a whole lab's
+    destroy; fact kamaji-datastore-finalizer). Only the release's own DataStores (its instance
+    label): others on an existing cluster are not the lab's. Needs LAB_KUBECONFIG (the management
+    cluster's) and RELEASE; an unreachable cluster (a broken lab) only warns.
+    """
+    return (
+        STRICT
+        + KUBECONFIG_PRELUDE
+        + f"""datastores="datastores.kamaji.clastix.io"
+selector="app.kubernetes.io/instance=$RELEASE"
+if ! kubectl --request-timeout=10s get "$datastores" -l "$selector" >/dev/null 2>&1; then
+  echo "warning: cannot list Kamaji's DataStores (cluster unreachable or Kamaji gone)" >&2
+  exit 0
+fi
+if ! kubectl --request-timeout=20s delete "$datastores" -l "$selector" --wait \\
+    --timeout={timeout_seconds}s >&2; then
+  echo "Kamaji's DataStores were not deleted within {timeout_seconds}s: a TenantControlPlane" \\
+    "of another stack still uses one; destroy that stack first:" >&2
+  kubectl --request-timeout=10s get "$datastores" -l "$selector" \\
+    -o custom-columns=NAME:.metadata.name,USED-BY:.status.usedBy >&2 || true
+  exit 1
+fi
+"""
+    )
+
+
 def node_delete_script() -> str:
     """Removes the node object from its tenant on destroy, with kubectl on the host.
 

@@ -262,6 +262,8 @@ def _platform(
             etcd_replicas=cfg.kamaji_etcd_replicas,
             etcd_volume_size=cfg.kamaji_etcd_volume_size,
             provider=management.provider,
+            kubeconfig=management.kubeconfig,
+            management_identity=management.identity,
             charts_dir=charts_dir,
             cert_manager_chart=cfg.chart("cert-manager"),
         ),

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pulumi
+import pulumi_command as command
 import pulumi_kubernetes as k8s
 
 from builders.kamaji import (
@@ -21,6 +22,7 @@ from builders.kamaji import (
     crds_values,
     kamaji_values,
 )
+from builders.scripts import kamaji_datastores_delete_script
 from components.helm import cert_manager_release, local_chart_release
 from components.platform.kamaji_chart import release_chart_path
 from labconfig.kamaji_sources import kamaji_source
@@ -34,6 +36,10 @@ class KamajiArgs:
     etcd_replicas: int
     etcd_volume_size: str
     provider: k8s.Provider
+    # The management cluster's kubeconfig and identity, for the DataStores' delete: a new
+    # cluster replaces the step, so it runs on the old one first.
+    kubeconfig: pulumi.Input[str]
+    management_identity: pulumi.Input[str]
     # The pinned commit's charts on this machine (kamaji_chart.ensure_chart_cache), fetched by
     # the program before its first registration.
     charts_dir: Path
@@ -76,6 +82,18 @@ class Kamaji(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions.merge(
                 child, pulumi.ResourceOptions(depends_on=[self.crds])
             ),
+        )
+        # Created after the chart, so destroyed before it: Kamaji still runs to release them.
+        self.datastores_delete = command.local.Command(
+            f"{name}-datastores-delete",
+            create="echo Kamaji's DataStores are deleted before its chart on destroy",
+            delete=kamaji_datastores_delete_script(),
+            environment={
+                "LAB_KUBECONFIG": pulumi.Output.secret(args.kubeconfig),
+                "RELEASE": KAMAJI_RELEASE,
+            },
+            triggers=[args.management_identity],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.release]),
         )
         self.namespace = KAMAJI_NAMESPACE
         self.chart_source = {
