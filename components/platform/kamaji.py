@@ -86,7 +86,7 @@ class Kamaji(pulumi.ComponentResource):
         # Created after the chart, so destroyed before it: Kamaji still runs to release them.
         self.datastores_delete = command.local.Command(
             f"{name}-datastores-delete",
-            create="echo Kamaji's DataStores are deleted before its chart on destroy",
+            create="echo the DataStores of the Kamaji release are deleted before it on destroy",
             delete=kamaji_datastores_delete_script(),
             environment={
                 "LAB_KUBECONFIG": pulumi.Output.secret(args.kubeconfig),

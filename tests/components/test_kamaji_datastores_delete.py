@@ -96,3 +96,11 @@ def test_it_is_destroyed_after_every_tenant_and_before_kamajis_release(lab: Prog
     assert "delete" in step.inputs
     for tenant in ("tenant-a", "tenant-b"):
         assert step.urn in lab.depends_on(lab.named(f"{tenant}-control-plane").urn), tenant
+
+
+def test_its_create_runs_in_a_shell(lab: ProgramRun):
+    """The create only says what the step is for; it must run (a quote in it once did not)."""
+    create = lab.named("kamaji-datastores-delete").inputs["create"]
+    result = subprocess.run(["/bin/sh", "-c", create], capture_output=True, text=True, timeout=10)
+    assert result.returncode == 0, result.stderr
+    assert "deleted before it on destroy" in result.stdout
