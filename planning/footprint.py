@@ -92,12 +92,13 @@ def lab_footprint(control_plane_cpus: Sequence[float], workers: int) -> Footprin
     exists with the same requests, and on the single kind node it stays Pending ("Insufficient
     cpu") unless there is room for it: the tenant never becomes Ready. Room for one pod of the
     largest tenant lets every rollout finish: when two tenants roll at once, the second surge
-    pod waits until the first rollout has removed its old pod. The surge pod pulls no more
-    images and has no etcd of its own.
+    pod waits until the first rollout has removed its old pod. Only its CPU counts: the kind
+    node's allocatable memory is the host's, gigabytes above what the lab requests, and the
+    surge pod lives for seconds; it pulls no more images and has no etcd of its own.
     """
     planes = sum((control_plane(cpus) + GPU_STACK for cpus in control_plane_cpus), NOTHING)
     surge = (
-        Footprint(cpus=max(control_plane_cpus), memory_mb=CONTROL_PLANE_POD_MB, disk_gb=0)
+        Footprint(cpus=max(control_plane_cpus), memory_mb=0, disk_gb=0)
         if control_plane_cpus
         else NOTHING
     )

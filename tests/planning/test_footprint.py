@@ -40,21 +40,21 @@ def lab_with(*requests: dict[str, str] | None) -> dict:
 
 
 def test_the_lab_stack_needs_its_parts_and_one_more_control_plane_pod():
-    """Two tenants of one worker each: 3.65 CPUs, 6272 MB, 16 GB, within 4 CPUs and 8 GB."""
+    """Two tenants of one worker each: 3.65 CPUs, 5504 MB, 16 GB, within 4 CPUs and 8 GB."""
     footprint = host_plan(parse_config(lab_stack_config())).sizing.footprint
-    surge = Footprint(cpus=0.45, memory_mb=768, disk_gb=0)
+    surge = Footprint(cpus=0.45, memory_mb=0, disk_gb=0)
     parts = MANAGEMENT + (CONTROL_PLANE + GPU_STACK) * 2 + WORKER * 2
     assert footprint == parts + surge
-    assert (round(footprint.cpus, 2), footprint.memory_mb, footprint.disk_gb) == (3.65, 6272, 16)
+    assert (round(footprint.cpus, 2), footprint.memory_mb, footprint.disk_gb) == (3.65, 5504, 16)
     assert footprint.cpus <= 4 and footprint.memory_mb <= 8192
 
 
 def test_the_surge_is_one_pod_of_the_largest_tenant():
-    """Kamaji's rollout (maxSurge 100%) adds a second pod of one tenant at a time: the pod's
-    requests (no etcd share, no images), with the largest tenant's CPU."""
+    """Kamaji's rollout (maxSurge 100%) adds a second pod of one tenant at a time: the largest
+    tenant's CPU requests (the kind node's memory is the host's, far above the requests)."""
     cpus = [0.45, 1.2, 0.2]
     tenants = sum((replace(CONTROL_PLANE, cpus=c) + GPU_STACK for c in cpus), Footprint(0, 0, 0))
-    surge = Footprint(cpus=1.2, memory_mb=768, disk_gb=0)
+    surge = Footprint(cpus=1.2, memory_mb=0, disk_gb=0)
     assert lab_footprint(cpus, 1) == MANAGEMENT + tenants + surge + WORKER
     assert lab_footprint([], 0) == MANAGEMENT  # no tenant, nothing rolls
 
@@ -65,7 +65,7 @@ def test_a_tenant_s_control_plane_cpu_requests_move_the_footprint():
     assert sizing.control_plane_cpus == (0.2, 1.2)
     # 1.2 management + 0.2 + 1.2 control planes + 0.5 GPU stacks + 0.6 workers + 1.2 surge
     assert sizing.footprint.cpus == pytest.approx(4.9)
-    assert sizing.footprint.memory_mb == 6272  # memory requests stay as they are
+    assert sizing.footprint.memory_mb == 5504  # memory requests stay as they are
 
 
 def test_a_stack_with_the_default_requests_keeps_its_sizing():

@@ -207,7 +207,7 @@ def test_the_report_prints_every_fix_line():
 
 
 def test_a_resize_of_a_running_lab_needs_room_only_for_what_it_adds():
-    """M2: 2 tenants up on an 8 GB host leave ~3 GB; a third tenant adds 1728 MB, not 8000."""
+    """M2: 2 tenants up on an 8 GB host leave ~3 GB; a third tenant adds 1728 MB, not 7232."""
     host = replace(GOOD, mem_available_mb=3000, cpus=8, conntrack_max=262144)
     grown = replace(PLAN, sizing=Sizing(tenants=3, workers=3))
     assert grown.sizing.footprint.memory_mb > 3000
@@ -216,7 +216,7 @@ def test_a_resize_of_a_running_lab_needs_room_only_for_what_it_adds():
     memory = next(f for f in check_host(host, grown, Sizing(2, 2)) if f.check == "memory")
     assert memory.detail == (
         "3000 MB available, 1728 MB more needed "
-        "(lab requests 8000 MB, 6272 MB of it already running)"
+        "(lab requests 7232 MB, 5504 MB of it already running)"
     )
 
 
