@@ -8,7 +8,7 @@ from typing import Any
 from builders import admission_policy, hami_dra
 from builders.kamaji import DATASTORE
 from labconfig.model import TenantConfig
-from planning.footprint import CONTROL_PLANE_RESOURCES, KONNECTIVITY_SERVER_RESOURCES
+from planning.footprint import control_plane_resources, konnectivity_server_resources
 
 API_PORT = 6443
 KONNECTIVITY_PORT = 8132
@@ -84,7 +84,8 @@ def _deployment(tenant: TenantConfig) -> dict[str, Any]:
         # The scheduler allocates the shares and the controller manager makes the claims.
         flag = f"--feature-gates={_flag_list(gates)}"
         extra_args |= {"scheduler": [flag], "controllerManager": [flag]}
-    return {"replicas": 1, "resources": CONTROL_PLANE_RESOURCES, "extraArgs": extra_args}
+    resources = control_plane_resources(tenant.control_plane_cpu_requests)
+    return {"replicas": 1, "resources": resources, "extraArgs": extra_args}
 
 
 def tenant_control_plane_manifest(tenant: TenantConfig, address: str) -> dict[str, Any]:
@@ -134,7 +135,9 @@ def tenant_control_plane_manifest(tenant: TenantConfig, address: str) -> dict[st
                 "konnectivity": {
                     "server": {
                         "port": KONNECTIVITY_PORT,
-                        "resources": KONNECTIVITY_SERVER_RESOURCES,
+                        "resources": konnectivity_server_resources(
+                            tenant.control_plane_cpu_requests
+                        ),
                     },
                     "agent": {
                         "mode": "DaemonSet",

@@ -343,12 +343,18 @@ def spec_output(
 _FINGERPRINT_OPTIONAL = frozenset(
     {"registry_mirrors", "registry_mirror_auth", "chart_sources", "kamaji_git_url"}
 )
+# And each tenant's.
+_TENANT_FINGERPRINT_OPTIONAL = frozenset({"control_plane_cpu_requests"})
 
 
 def config_fingerprint(cfg: LabConfig) -> str:
     """The stack config's hash (secrets are masked in the dump)."""
-    unset = _FINGERPRINT_OPTIONAL - cfg.model_fields_set
-    return hashlib.sha256(cfg.model_dump_json(exclude=set(unset)).encode()).hexdigest()
+    exclude: dict[str, Any] = dict.fromkeys(_FINGERPRINT_OPTIONAL - cfg.model_fields_set, True)
+    exclude["tenants"] = {
+        index: dict.fromkeys(_TENANT_FINGERPRINT_OPTIONAL - tenant.model_fields_set, True)
+        for index, tenant in enumerate(cfg.tenants)
+    }
+    return hashlib.sha256(cfg.model_dump_json(exclude=exclude).encode()).hexdigest()
 
 
 def _validation(

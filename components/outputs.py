@@ -23,7 +23,10 @@ def gpu_inventory(inventory: dict[str, list[dict[str, Any]]], split: int) -> dic
 
 
 def stack_outputs(cfg: LabConfig, lab: Lab) -> dict[str, Any]:
-    footprint = lab_footprint(len(cfg.tenants), sum(t.container_workers for t in cfg.tenants))
+    footprint = lab_footprint(
+        [t.control_plane_cpu_requests.cpus for t in cfg.tenants],
+        sum(t.container_workers for t in cfg.tenants),
+    )
     return {
         "network": {
             "name": lab.network.name if lab.network else cfg.network_name,

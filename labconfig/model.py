@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Annotated, Literal
+from decimal import Decimal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
+    BeforeValidator,
     Field,
     SecretStr,
     field_validator,
@@ -102,6 +104,55 @@ class GpuSpec(ConfigModel):
         )
 
 
+# A Kubernetes CPU quantity in whole millicores (Kubernetes allows no finer CPU): 100m, 0.5, 1.
+CPU_QUANTITY = re.compile(r"\d+m|\d+(\.\d{1,3})?")
+
+
+def millicores(quantity: str) -> int:
+    """`250m` -> 250, `0.5` -> 500, `1` -> 1000 (a quantity CPU_QUANTITY admits)."""
+    if quantity.endswith("m"):
+        return int(quantity[:-1])
+    return int(Decimal(quantity) * 1000)
+
+
+def _number_as_text(value: Any) -> Any:
+    # `apiServer: 0.5` in the stack file arrives as a number; Kubernetes takes it as text.
+    return str(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
+
+
+def _cpu_quantity(value: str) -> str:
+    if not CPU_QUANTITY.fullmatch(value) or millicores(value) == 0:
+        raise ValueError(
+            "must be a CPU quantity of at least 1m in whole millicores, such as 100m, 0.5 or 1"
+        )
+    return value
+
+
+CpuQuantity = Annotated[str, BeforeValidator(_number_as_text), AfterValidator(_cpu_quantity)]
+
+
+class ControlPlaneCpuRequests(ConfigModel):
+    """The CPU requests of a tenant's control plane pod, by container (its memory is fixed in
+    planning/footprint.py). A small host lowers them: the kind node holds every tenant's pod
+    and, while Kamaji rolls one, a second pod of that tenant."""
+
+    api_server: CpuQuantity = "250m"
+    controller_manager: CpuQuantity = "100m"
+    scheduler: CpuQuantity = "50m"
+    konnectivity_server: CpuQuantity = "50m"
+
+    @property
+    def cpus(self) -> float:
+        """The pod's CPU requests together, in CPUs."""
+        quantities = (
+            self.api_server,
+            self.controller_manager,
+            self.scheduler,
+            self.konnectivity_server,
+        )
+        return sum(millicores(q) for q in quantities) / 1000
+
+
 class SchedulerPolicy(ConfigModel):
     node: Literal["binpack", "spread"] = "binpack"
     gpu: Literal["spread", "binpack"] = "spread"
@@ -158,6 +209,7 @@ class TenantConfig(ConfigModel):
     address: str | None = None
     scheduler_policy: SchedulerPolicy = SchedulerPolicy()
     gpu_quota_mb: int | None = Field(default=None, ge=1)
+    control_plane_cpu_requests: ControlPlaneCpuRequests = ControlPlaneCpuRequests()
 
     @field_validator("kubernetes_version")
     @classmethod

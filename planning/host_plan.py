@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass
 
 from labconfig.model import PINNED_NODE_IMAGE, LabConfig
-from planning.footprint import Footprint, lab_footprint
+from planning.footprint import CONTROL_PLANE, Footprint, lab_footprint
 
 
 @dataclass(frozen=True)
@@ -15,10 +15,15 @@ class Sizing:
 
     tenants: int
     workers: int  # container workers, in all tenants
+    # Each tenant's control plane CPU requests (controlPlaneCpuRequests), in tenant order; empty
+    # when every tenant requests the defaults, so that such a stack's command line is unchanged.
+    # Not in the record: the previous run's memory and disk are all the next run compares.
+    control_plane_cpus: tuple[float, ...] = ()
 
     @property
     def footprint(self) -> Footprint:
-        return lab_footprint(self.tenants, self.workers)
+        cpus = self.control_plane_cpus or (CONTROL_PLANE.cpus,) * self.tenants
+        return lab_footprint(cpus, self.workers)
 
     def record(self) -> str:
         return json.dumps({"tenants": self.tenants, "workers": self.workers})
@@ -81,8 +86,10 @@ def host_plan(cfg: LabConfig) -> HostPlan | None:
     if not kind_cluster and workers == 0:
         return None
     versions = sorted({t.kubernetes_version for t in cfg.tenants if t.container_workers})
+    cpus = tuple(t.control_plane_cpu_requests.cpus for t in cfg.tenants)
+    defaults = all(c == CONTROL_PLANE.cpus for c in cpus)
     return HostPlan(
-        sizing=Sizing(tenants=len(cfg.tenants), workers=workers),
+        sizing=Sizing(len(cfg.tenants), workers, () if defaults else cpus),
         kube_proxy_versions=tuple(versions),
         kind_cluster=kind_cluster,
         network_name=cfg.network_name,

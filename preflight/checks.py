@@ -191,7 +191,10 @@ def size_findings(facts: HostFacts, sizing: Sizing, previous: Sizing | None) -> 
             "CPUs",
             facts.cpus >= need.cpus,
             f"{facts.cpus} (lab requests {need.cpus:g})",
-            ("give the host more CPUs or configure fewer tenants/workers",),
+            (
+                "give the host more CPUs, configure fewer tenants/workers, or lower the "
+                "tenants' controlPlaneCpuRequests",
+            ),
         ),
         Finding(
             "memory",

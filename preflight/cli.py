@@ -13,6 +13,7 @@ from labconfig.model import ConfigError
 from labconfig.parse import parse_config
 from labconfig.preflight_checks import PREFLIGHT_CHECKS
 from labconfig.stack import raw_stack_config
+from planning.footprint import CONTROL_PLANE
 from planning.host_plan import HostPlan, Sizing, host_plan
 from preflight.checks import TOOL_INSTALL, check_host, report
 from preflight.host_facts import (
@@ -89,6 +90,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--workers", type=int, help="container workers in all tenants")
     parser.add_argument(
+        "--control-plane-cpus",
+        type=float,
+        action="append",
+        default=[],
+        help="a tenant's control plane CPU requests, once per tenant in order "
+        f"(default: {CONTROL_PLANE.cpus:g} each)",
+    )
+    parser.add_argument(
         "--kube-proxy-version",
         action="append",
         default=[],
@@ -157,7 +166,7 @@ def _stack_plan(stack: str, run: Run) -> tuple[HostPlan | None, Sizing | None]:
 
 def _flags_plan(args: argparse.Namespace) -> tuple[HostPlan, Sizing | None]:
     plan = HostPlan(
-        sizing=Sizing(args.tenants, args.workers),
+        sizing=Sizing(args.tenants, args.workers, tuple(args.control_plane_cpus)),
         kube_proxy_versions=tuple(sorted(set(args.kube_proxy_version))),
         kind_cluster=args.kind_cluster,
         network_name=args.network,
@@ -175,6 +184,8 @@ def main(argv: list[str] | None = None, run: Run = _run) -> int:
     args = parser.parse_args(argv)
     if not args.stack and (args.tenants is None or args.workers is None):
         parser.error("give --stack, or --tenants and --workers")
+    if args.control_plane_cpus and len(args.control_plane_cpus) != args.tenants:
+        parser.error("give --control-plane-cpus once per tenant, or not at all")
     try:
         plan, previous = _stack_plan(args.stack, run) if args.stack else _flags_plan(args)
     except StackUnreadable as error:

@@ -44,6 +44,11 @@ def preflight_command(plan: HostPlan, python: str | None = None) -> str:
         str(plan.sizing.tenants),
         "--workers",
         str(plan.sizing.workers),
+        *(
+            a
+            for cpus in plan.sizing.control_plane_cpus
+            for a in ("--control-plane-cpus", str(cpus))
+        ),
         *(a for version in plan.kube_proxy_versions for a in ("--kube-proxy-version", version)),
         # kubectl's skew is checked against every API server it will talk to.
         *(a for name, v in plan.tenant_versions for a in ("--tenant-version", f"{name}={v}")),

@@ -7,7 +7,6 @@ import pytest
 from builders.control_plane import dns_service_ip, kubelet_patches, tenant_control_plane_manifest
 from labconfig.addresses import plan_network
 from labconfig.parse import parse_config
-from planning.footprint import CONTROL_PLANE_RESOURCES
 from tests.support.pulumi_harness import lab_stack_config, stack_config
 
 CFG = parse_config(lab_stack_config())
@@ -25,8 +24,6 @@ def test_tenant_control_plane_fields():
         "jsonpath={.status.kubernetesResources.version.status}=Ready"
     )
     assert spec["controlPlane"]["deployment"]["replicas"] == 1
-    assert spec["controlPlane"]["deployment"]["resources"] == CONTROL_PLANE_RESOURCES
-    assert CONTROL_PLANE_RESOURCES["apiServer"]["limits"]["memory"] == "1536Mi"
     service = spec["controlPlane"]["service"]
     assert service["serviceType"] == "LoadBalancer"
     assert service["additionalMetadata"]["annotations"] == {"metallb.io/loadBalancerIPs": address}
@@ -54,6 +51,57 @@ def test_tenant_control_plane_fields():
         "effect": "NoSchedule",
     } in (konnectivity["agent"]["tolerations"])
     assert spec["addons"]["coreDNS"] == {} and spec["addons"]["kubeProxy"] == {}
+
+
+def _requests(tcp: dict) -> dict[str, dict[str, str]]:
+    """Each control plane container's requests, and the Konnectivity server's."""
+    resources = {
+        **tcp["spec"]["controlPlane"]["deployment"]["resources"],
+        "konnectivityServer": tcp["spec"]["addons"]["konnectivity"]["server"]["resources"],
+    }
+    for name, each in resources.items():
+        assert each["limits"].keys() == {"memory"}, name  # a CPU limit would throttle
+    return {name: each["requests"] for name, each in resources.items()}
+
+
+def test_control_plane_requests_default_to_the_pinned_values():
+    tcp = tenant_control_plane_manifest(TENANT_A, str(PLAN.tenant_addresses["tenant-a"]))
+    assert _requests(tcp) == {
+        "apiServer": {"cpu": "250m", "memory": "512Mi"},
+        "controllerManager": {"cpu": "100m", "memory": "128Mi"},
+        "scheduler": {"cpu": "50m", "memory": "64Mi"},
+        "konnectivityServer": {"cpu": "50m", "memory": "64Mi"},
+    }
+    resources = tcp["spec"]["controlPlane"]["deployment"]["resources"]
+    assert resources["apiServer"]["limits"]["memory"] == "1536Mi"
+
+
+def test_a_tenant_s_control_plane_cpu_requests_reach_its_manifest_only():
+    config = lab_stack_config()
+    config["tenants"][1]["controlPlaneCpuRequests"] = {
+        "apiServer": "100m",
+        "controllerManager": 0.05,  # a number in the stack file
+        "konnectivityServer": "1",
+    }
+    cfg = parse_config(config)
+    plan = plan_network(cfg)
+    lowered = _requests(
+        tenant_control_plane_manifest(cfg.tenants[1], plan.tenant_addresses["tenant-b"])
+    )
+    assert {name: each["cpu"] for name, each in lowered.items()} == {
+        "apiServer": "100m",
+        "controllerManager": "0.05",
+        "scheduler": "50m",  # not set: the default
+        "konnectivityServer": "1",
+    }
+    assert {name: each["memory"] for name, each in lowered.items()} == {
+        "apiServer": "512Mi",
+        "controllerManager": "128Mi",
+        "scheduler": "64Mi",
+        "konnectivityServer": "64Mi",
+    }
+    other = tenant_control_plane_manifest(cfg.tenants[0], plan.tenant_addresses["tenant-a"])
+    assert _requests(other)["apiServer"]["cpu"] == "250m"
 
 
 def test_dns_service_ip_is_the_tenth_address():

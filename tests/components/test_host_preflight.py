@@ -40,6 +40,7 @@ def test_the_command_line_carries_the_whole_plan():
         plan,
         replace(plan, management_version=None, kind_cluster=False, kamaji_charts=False),
         replace(plan, tenant_versions=(("a", "v1.34.0"), ("b", "v1.36.1"))),
+        replace(plan, sizing=Sizing(2, 2, (0.2, 1.234))),
     ):
         argv = shlex.split(preflight_command(each, python="py"))[3:]
         assert cli._flags_plan(cli._parser().parse_args(argv))[0] == each
@@ -117,3 +118,17 @@ def test_the_checks_a_stack_accepts_reach_the_command_and_none_change_nothing():
     assert "--accept" not in shlex.split(preflight_command(plain, python="py"))
     argv = shlex.split(preflight_command(accepting, python="py"))
     assert argv[argv.index("--accept") + 1] == "cgroup v2=cgroup v1 image"
+
+
+def test_a_tenant_s_control_plane_cpu_requests_reach_the_command_and_defaults_change_nothing():
+    """The preflight run by `pulumi up` sizes the host for every tenant's control plane CPU;
+    a stack that keeps the defaults keeps its command line (no update of the step)."""
+    config = lab_stack_config()
+    config["tenants"][1]["controlPlaneCpuRequests"] = {"apiServer": "1", "scheduler": "0.1"}
+    argv = shlex.split(preflight_command(host_plan(parse_config(config)), python="py"))
+    assert [argv[i + 1] for i, a in enumerate(argv) if a == "--control-plane-cpus"] == [
+        "0.45",
+        "1.25",
+    ]
+    plain = shlex.split(preflight_command(host_plan(parse_config(lab_stack_config())), "py"))
+    assert "--control-plane-cpus" not in plain

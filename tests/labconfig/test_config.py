@@ -231,6 +231,32 @@ def _strings(value: Any, path: str = "") -> list[tuple[str, str]]:
             "pinned by digest",
         ),
         ({}, "tenants", "Field required"),
+        (
+            with_tenants({"name": "a", "controlPlaneCpuRequests": {"apiServer": "250 m"}}),
+            "tenants[0].controlPlaneCpuRequests.apiServer",
+            "must be a CPU quantity of at least 1m in whole millicores, such as 100m, 0.5 or 1 "
+            '(got "250 m")',
+        ),
+        (
+            with_tenants({"name": "a", "controlPlaneCpuRequests": {"scheduler": "0.0005"}}),
+            "tenants[0].controlPlaneCpuRequests.scheduler",
+            "in whole millicores",
+        ),
+        (
+            with_tenants({"name": "a", "controlPlaneCpuRequests": {"konnectivityServer": 0}}),
+            "tenants[0].controlPlaneCpuRequests.konnectivityServer",
+            "at least 1m",
+        ),
+        (
+            with_tenants({"name": "a", "controlPlaneCpuRequests": {"controllerManager": "1Gi"}}),
+            "tenants[0].controlPlaneCpuRequests.controllerManager",
+            "CPU quantity",
+        ),
+        (
+            with_tenants({"name": "a", "controlPlaneCpuRequests": {"etcd": "100m"}}),
+            "tenants[0].controlPlaneCpuRequests.etcd",
+            "Extra inputs",
+        ),
         (with_tenants({"name": "a"}, hamiSplitCount="0"), "hamiSplitCount", "greater than"),
     ],
 )

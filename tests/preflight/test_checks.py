@@ -12,7 +12,6 @@ import pytest
 from labconfig.parse import parse_config
 from labconfig.preflight_checks import PREFLIGHT_CHECKS
 from labconfig.versions import kubernetes_minor, minor_series
-from planning.footprint import lab_footprint
 from planning.host_plan import HostPlan, Sizing, host_plan
 from preflight import checks as preflight
 from preflight.checks import (
@@ -211,7 +210,7 @@ def test_a_resize_of_a_running_lab_needs_room_only_for_what_it_adds():
     """M2: 2 tenants up on an 8 GB host leave ~3 GB; a third tenant adds 1728 MB, not 7232."""
     host = replace(GOOD, mem_available_mb=3000, cpus=8, conntrack_max=262144)
     grown = replace(PLAN, sizing=Sizing(tenants=3, workers=3))
-    assert lab_footprint(3, 3).memory_mb > 3000
+    assert grown.sizing.footprint.memory_mb > 3000
     assert failed(host, grown, previous=None).keys() == {"memory"}
     assert failed(host, grown, previous=Sizing(2, 2)) == {}
     memory = next(f for f in check_host(host, grown, Sizing(2, 2)) if f.check == "memory")

@@ -184,3 +184,10 @@ def test_a_stacks_accepted_checks_reach_the_plan(monkeypatch):
     }
     plan, _ = cli.plan_from_stack("lab", FakeHost(stack_answers(config, EXPORT)))
     assert plan.accepted == (("cgroup v2", "node image built for cgroup v1"),)
+
+
+def test_control_plane_cpus_are_given_once_per_tenant_or_not_at_all(capsys):
+    flags = ["--tenants", "2", "--workers", "2", "--control-plane-cpus", "0.2"]
+    with pytest.raises(SystemExit):
+        cli.main(flags)
+    assert "give --control-plane-cpus once per tenant, or not at all" in capsys.readouterr().err
