@@ -49,7 +49,7 @@ MANAGEMENT = Footprint(cpus=1.2, memory_mb=2048, disk_gb=6)
 CONTROL_PLANE = Footprint(cpus=0.45, memory_mb=768 + 64, disk_gb=1)
 # A kindest/node worker: kubelet, containerd, kube-proxy, flannel, konnectivity agent.
 WORKER = Footprint(cpus=0.3, memory_mb=512, disk_gb=3)
-# HAMi scheduler (kube-scheduler + extender), webhook, mock device plugin, and our agent.
+# HAMi scheduler (kube-scheduler + extender), webhook, and our agent.
 GPU_STACK = Footprint(cpus=0.25, memory_mb=384, disk_gb=1)
 
 
