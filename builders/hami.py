@@ -106,8 +106,9 @@ def hami_values(tenant: TenantConfig, split_count: int, node_lock_timeout: str) 
             },
         },
         "devicePlugin": device_plugin_values(tenant, split_count),
-        # Simulated only: advertises gpumem/gpucores from the annotation gpu_agent writes.
-        "mockDevicePlugin": {"enabled": tenant.gpu_mode == "simulated"},
+        # Never: HAMi's mock device plugin 1.0.1 exits on chart 2.10.0's device config (fact
+        # hami-v2.10-mock-device-plugin-rejects-chart-config). gpu_agent registers simulated cards.
+        "mockDevicePlugin": {"enabled": False},
     }
 
 

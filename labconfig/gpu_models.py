@@ -63,32 +63,3 @@ def find_by_name(table: dict[str, T], name: str) -> T | None:
 def lookup_model(name: str, table: dict[str, GpuModel] = KNOWN_GPU_MODELS) -> GpuModel | None:
     """Finds a built-in model by name, ignoring case."""
     return find_by_name(table, name)
-
-
-# The kubelet dials device plugins without raising gRPC's default receive limit (kubernetes
-# pkg/kubelet/cm/devicemanager/plugin/v1beta1/client.go `dial`; grpc-go dialoptions.go
-# defaultClientMaxReceiveMessageSize = 4 MiB), so a larger ListAndWatch message is dropped.
-GRPC_MAX_RECEIVE_BYTES = 4 * 1024 * 1024
-
-
-def mock_plugin_max_memory_mb(limit: int = GRPC_MAX_RECEIVE_BYTES) -> int:
-    """The most card memory (MB) a node can have under HAMi's mock device plugin.
-
-    The plugin advertises ``nvidia.com/gpumem`` as one device per MB of the node's cards, all
-    in one ListAndWatch message (Project-HAMi/mock-device-plugin v1.0.1,
-    internal/pkg/mock/server.go:78-95): device i is ``{ID: "mock-devices-id-<i>", health:
-    "Healthy"}``. On the wire each costs a tag and a length byte in the response, and in the
-    Device a tag, a length and the text for ID (16 + digits(i) bytes) and for health (7 bytes):
-    2 + (2 + 16 + digits) + (2 + 7) = 29 + digits bytes, every length below 128 (one byte). Ids
-    0-9 take 30 bytes, 10-99 31, ..., 100000 and up 35: 123011 devices fit in 4 MiB.
-    """
-    size = count = 0
-    digits = 1
-    while True:
-        per_device = 2 + (2 + len("mock-devices-id-") + digits) + (2 + len("Healthy"))
-        ids = 10 if digits == 1 else 9 * 10 ** (digits - 1)  # ids with this many digits
-        if size + ids * per_device > limit:
-            return count + (limit - size) // per_device
-        size += ids * per_device
-        count += ids
-        digits += 1

@@ -187,8 +187,9 @@ class ProxyConfig(ConfigModel):
 
 
 GpuMode = Literal["simulated", "nvml-mock", "real"]
-# hami: HAMi's scheduler extender, webhook and device plugin; dra: Kubernetes Dynamic Resource
-# Allocation with HAMi-DRA's webhook and fake kubelet plugin (simulated cards only).
+# hami: HAMi's scheduler extender and webhook (and its device plugin on nvml-mock or real cards);
+# dra: Kubernetes Dynamic Resource Allocation with HAMi-DRA's webhook and fake kubelet plugin
+# (simulated cards only).
 GpuSharing = Literal["hami", "dra"]
 
 
@@ -199,7 +200,7 @@ class TenantConfig(ConfigModel):
     workers: int = Field(default=1, ge=1, le=20)
     worker_mode: Literal["container", "remote"] = "container"
     remote_workers: tuple[RemoteWorker, ...] = ()
-    # simulated: mock device plugin + gpu_agent; nvml-mock: HAMi's real device plugin on
+    # simulated: gpu_agent registers the cards; nvml-mock: HAMi's real device plugin on
     # NVIDIA's fake NVML; real: HAMi's device plugin on real cards.
     gpu_mode: GpuMode = "simulated"
     gpu_sharing: GpuSharing = "hami"

@@ -16,7 +16,6 @@ from labconfig.gpu_models import (
     NVML_MOCK_PROFILES,
     find_by_name,
     lookup_model,
-    mock_plugin_max_memory_mb,
 )
 from labconfig.model import (
     MAX_CARDS_PER_WORKER,
@@ -107,8 +106,6 @@ def _check_workers(cfg: LabConfig, tenant: TenantConfig, key: str) -> None:
             )
 
 
-# The node's card memory the mock device plugin can advertise (see mock_plugin_max_memory_mb).
-MAX_SIMULATED_NODE_MEMORY_MB = mock_plugin_max_memory_mb()
 # nvml-mock reports its profile's card: nothing of it can be described differently.
 NVML_MOCK_FIXED = {"memory_mb": "memoryMb", "product": "product", "cores": "cores"}
 
@@ -119,8 +116,6 @@ def _check_gpu_mode(tenant: TenantConfig, key: str) -> None:
             f"{key}.gpuMode",
             "real GPUs need workerMode remote (GPU hosts over SSH): container workers have no GPU",
         )
-    if tenant.gpu_mode == "simulated" and tenant.gpu_sharing == "hami":
-        _check_simulated_memory(tenant, key)
     if tenant.gpu_mode == "nvml-mock":
         _check_nvml_mock(tenant, key)
 
@@ -153,18 +148,6 @@ def _check_gpu_sharing(tenant: TenantConfig, key: str) -> None:
         raise ConfigError(
             f"{key}.{HAMI_ONLY[hami_only[0]]}",
             "is HAMi's setting: with gpuSharing dra the Kubernetes scheduler allocates the cards",
-        )
-
-
-def _check_simulated_memory(tenant: TenantConfig, key: str) -> None:
-    total = sum(card.memory_mb for card in tenant.cards)
-    if total > MAX_SIMULATED_NODE_MEMORY_MB:
-        raise ConfigError(
-            f"{key}.gpus",
-            f"the cards of one simulated worker total {total} MB; HAMi's mock device plugin "
-            "advertises one device per MB in a single message, which the kubelet caps at 4 MiB: "
-            f"at most {MAX_SIMULATED_NODE_MEMORY_MB} MB per worker (fewer or smaller cards, or "
-            "gpuMode nvml-mock)",
         )
 
 

@@ -70,7 +70,7 @@ GPU_AGENT_RESOURCES = {
 MANAGEMENT = Footprint(cpus=1.2, memory_mb=2048, disk_gb=6)
 # A kindest/node worker: kubelet, containerd, kube-proxy, flannel, konnectivity agent.
 WORKER = Footprint(cpus=0.3, memory_mb=512, disk_gb=3)
-# HAMi scheduler (kube-scheduler + extender), webhook, mock device plugin, and our agent.
+# HAMi scheduler (kube-scheduler + extender), webhook, and our agent.
 GPU_STACK = Footprint(cpus=0.25, memory_mb=384, disk_gb=1)
 
 

@@ -50,8 +50,6 @@ CHART_IMAGES: dict[tuple[str, str], tuple[str, ...]] = {
         "ghcr.io/project-hami/hami-dra-monitor:v0.2.2",
     ),
 }
-# HAMi's simulated-card plugin (mockDevicePlugin, on in `simulated` tenants).
-HAMI_MOCK_DEVICE_PLUGIN = "docker.io/projecthami/mock-device-plugin:1.0.1"
 # CoreDNS as the kubeadm Kamaji builds with (k8s.io/kubernetes v1.36.3) deploys it.
 KAMAJI_COREDNS = "registry.k8s.io/coredns/coredns:v1.14.2"
 # labcheck's own pods (builders/labcheck_spec.py) and its real-GPU check's image.
@@ -183,10 +181,8 @@ def _gpu_sharing(cfg: LabConfig, tenant: TenantConfig, pulls: _Collector) -> Non
     # builders/hami.py sets it: the tenant's own kube-scheduler.
     pulls.image(f"registry.k8s.io/kube-scheduler:{tenant.kubernetes_version}", tenant.name,
                 "hami chart")  # fmt: skip
-    if tenant.gpu_mode == "simulated":
-        pulls.image(HAMI_MOCK_DEVICE_PLUGIN, tenant.name, "hami chart")
-        if tenant.gpus:
-            pulls.image(cfg.gpu_agent_image, tenant.name, "gpu_agent")
+    if tenant.gpu_mode == "simulated" and tenant.gpus:
+        pulls.image(cfg.gpu_agent_image, tenant.name, "gpu_agent")
 
 
 def stack_pulls(cfg: LabConfig) -> Pulls:

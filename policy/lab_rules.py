@@ -239,7 +239,7 @@ def tenant_of(resource: StackResource, index: Mapping[str, StackResource]) -> st
 def _runs_gpus(resource: StackResource) -> bool:
     """Simulated cards (the agent), GPU nodes (nvml-mock or real), or HAMi's real plugin.
 
-    The mock device plugin alone is not a GPU: a simulated tenant without cards has it too.
+    HAMi's scheduler and webhook alone are not a GPU: a simulated tenant without cards has them.
     """
     if resource.type in (SIMULATED_GPUS, GPU_NODES):
         return True

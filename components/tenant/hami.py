@@ -1,4 +1,4 @@
-"""HAMi in a tenant: scheduler extender, webhook and the device plugin that fits the GPU mode."""
+"""HAMi in a tenant: scheduler extender, webhook, and the device plugin on nvml-mock/real cards."""
 
 from __future__ import annotations
 

@@ -144,7 +144,7 @@ def test_worker_container_and_join(lab: ProgramRun):
 
 def test_hami_release_is_simulated(lab: ProgramRun):
     values = lab.named("tenant-a-hami-chart").inputs["values"]
-    assert values["mockDevicePlugin"]["enabled"] is True
+    assert values["mockDevicePlugin"]["enabled"] is False
     assert values["devicePlugin"]["enabled"] is False
 
 

@@ -13,6 +13,7 @@ from builders.remote_scripts import prepare_script, remote_join_script
 from labcheck.spec import parse_spec
 from labconfig.model import ConfigError
 from labconfig.parse import parse_config
+from planning.pulls import stack_pulls, unique_images
 from tests.support.pulumi_harness import (
     FAKE_KUBECONFIG,
     PROJECT_DIR,
@@ -76,6 +77,29 @@ def test_real_gpu_stack_runs_the_real_device_plugin_only(gpu: ProgramRun):
         join = gpu.named(f"{host}-join").inputs
         assert "  kubeletExtraArgs:\n  - name: node-labels\n    value: gpu=on\n" in join["create"]
         assert "gpu=on" in join["triggers"]  # a label change re-joins the host
+
+
+@pytest.mark.upstream("hami-v2.10-mock-device-plugin-rejects-chart-config")
+def test_no_tenant_runs_hamis_mock_device_plugin(
+    lab: ProgramRun, gpu: ProgramRun, nvml: ProgramRun
+):
+    """mock-device-plugin 1.0.1 exits on chart 2.10.0's device config: no simulated tenant runs
+    it, gpu_agent registers its cards; nvml-mock and real tenants keep HAMi's device plugin."""
+    dra = run_program(stack_config("dra"), stack="dra")
+    simulated = {"tenant-a": lab, "tenant-b": lab, "tenant-hami": dra}
+    for tenant, run in simulated.items():
+        values = run.named(f"{tenant}-hami-chart").inputs["values"]
+        assert values["mockDevicePlugin"] == {"enabled": False}
+        assert values["devicePlugin"]["enabled"] is False
+        assert run.named(f"{tenant}-simulated-gpus").type == AGENT
+    for run, stack in ((lab, "lab"), (dra, "dra")):
+        assert not [v for v in hami_values(run) if v["mockDevicePlugin"]["enabled"]]
+        images = unique_images(stack_pulls(parse_config(stack_config(stack))))
+        assert not [i for i in images if "mock-device-plugin" in i]
+    for run, count in ((nvml, 1), (gpu, 2)):
+        plugins = [v["devicePlugin"]["enabled"] for v in hami_values(run)]
+        mocks = [v["mockDevicePlugin"]["enabled"] for v in hami_values(run)]
+        assert (plugins, mocks) == ([True] * count, [False] * count)
 
 
 def test_real_gpu_stack_uses_the_given_cluster_and_installs_the_platform(gpu: ProgramRun):

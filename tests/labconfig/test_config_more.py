@@ -1,7 +1,7 @@
 """Worker names, and what each GPU mode can really show a node.
 
-Names: one docker container / node name each, never kind's own node container. GPUs: the mock
-device plugin's message limit (T3), and the cards nvml-mock's profiles report (T4).
+Names: one docker container / node name each, never kind's own node container. GPUs: no cap on a
+simulated worker's card memory, and the cards nvml-mock's profiles report (T4).
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ import json
 from typing import Any
 
 import pytest
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from labconfig.model import ConfigError, TenantConfig, kind_node_container, nvml_mock_profile
 from labconfig.parse import parse_config
@@ -71,73 +70,19 @@ def test_distinct_names_pass_even_when_they_look_alike():
     assert len(names) == len(set(names)) == 14
 
 
-# --- T3: the mock device plugin's ListAndWatch message ---------------------------------------
-
-
-def list_and_watch_response_class() -> Any:
-    """The kubelet's device-plugin messages, as k8s.io/kubelet pkg/apis/deviceplugin/v1beta1
-    api.proto declares them: Device {string ID = 1; string health = 2; TopologyInfo topology = 3}
-    and ListAndWatchResponse {repeated Device devices = 1}. The mock plugin sets no topology."""
-    file = descriptor_pb2.FileDescriptorProto(
-        name="deviceplugin_v1beta1_subset.proto", package="v1beta1", syntax="proto3"
-    )
-    device = file.message_type.add(name="Device")
-    for number, name in ((1, "ID"), (2, "health")):
-        device.field.add(name=name, number=number, type=9, label=1)  # string, optional
-    response = file.message_type.add(name="ListAndWatchResponse")
-    response.field.add(name="devices", number=1, type=11, label=3, type_name=".v1beta1.Device")
-    pool = descriptor_pool.DescriptorPool()
-    pool.Add(file)
-    return message_factory.GetMessageClass(
-        pool.FindMessageTypeByName("v1beta1.ListAndWatchResponse")
-    )
-
-
-def mock_plugin_message_bytes(devices: int) -> int:
-    """The size of the mock plugin's message for `devices` (mock-device-plugin server.go:78-95)."""
-    response = list_and_watch_response_class()()
-    for i in range(devices):
-        response.devices.add(ID=f"mock-devices-id-{i}", health="Healthy")
-    return response.ByteSize()
-
-
-GRPC_DEFAULT_MAX_RECEIVE = 1024 * 1024 * 4  # grpc-go defaultClientMaxReceiveMessageSize
+# --- simulated cards: nothing caps a worker's card memory ------------------------------------
 
 
 def simulated(*gpus: dict) -> dict:
     return {"tenants": [{"name": "a", "gpus": list(gpus)}]}
 
 
-@pytest.mark.upstream("hami-mock-plugin-device-per-mb")
-def test_the_largest_simulated_worker_is_the_last_message_the_kubelet_accepts():
-    """T3: one device per MB in one message; the kubelet keeps gRPC's 4 MiB receive limit."""
-    largest = parse_config(simulated({"model": "big", "memoryMb": 123011}))
-    devices = sum(card.memory_mb for card in largest.tenants[0].cards)
-    assert mock_plugin_message_bytes(devices) <= GRPC_DEFAULT_MAX_RECEIVE
-    assert mock_plugin_message_bytes(devices + 1) > GRPC_DEFAULT_MAX_RECEIVE
-    with pytest.raises(
-        ConfigError, match=r"^tenants\[0\]\.gpus: the cards of one simulated worker total 123012 MB"
-    ):
-        parse_config(simulated({"model": "big", "memoryMb": 123012}))
-
-
-@pytest.mark.upstream("hami-mock-plugin-device-per-mb")
-@pytest.mark.parametrize(
-    ("gpus", "total"),
-    [
-        ({"model": "A100-80GB", "count": 2}, 163840),
-        ({"model": "H100-80GB", "count": 2}, 163118),
-        ({"model": "L40S", "count": 3}, 138204),
-        ({"model": "L4", "count": 6}, 138204),
-    ],
-)
-def test_simulated_workers_the_mock_plugin_cannot_advertise_are_refused(gpus: dict, total: int):
-    error = error_for(simulated(gpus))
-    assert error.key == "tenants[0].gpus"
-    assert f"total {total} MB" in str(error) and "at most 123011 MB per worker" in str(error)
-
-
-def test_the_lab_stack_and_real_gpus_are_not_bound_by_the_mock_plugin():
+@pytest.mark.upstream("hami-v2.10-mock-device-plugin-rejects-chart-config")
+def test_a_simulated_worker_is_not_capped_by_a_device_plugin_message():
+    """No device plugin advertises simulated cards (gpu_agent registers them): the mock plugin's
+    one-device-per-MB ListAndWatch message, which held a worker to 123011 MB (T3), is gone."""
+    tenant = parse_config(simulated({"model": "A100-80GB", "count": 16})).tenants[0]
+    assert sum(card.memory_mb for card in tenant.cards) == 16 * 81920
     lab = parse_config(stack_config("lab"))
     assert [sum(c.memory_mb for c in t.cards) for t in lab.tenants] == [81920, 46068]
     gpu = copy.deepcopy(stack_config("gpu"))

@@ -189,7 +189,7 @@ def test_a_worker_holds_at_most_16_cards_over_all_its_entries():
         "tenants[0].gpus",
         "17 cards on each worker (the counts of all entries added up): a worker holds at most 16",
     )
-    tiny = {"model": "tiny", "memoryMb": 1024}  # 17 GiB: the mock plugin would advertise it
+    tiny = {"model": "tiny", "memoryMb": 1024}
     refused(  # simulated workers too
         tenant(gpus=[{**tiny, "count": 9}, {**tiny, "count": 8}]),
         "tenants[0].gpus",
@@ -620,12 +620,11 @@ def test_a_dra_tenant_refuses_what_it_cannot_do(tenant, key, message):
     assert error.value.key == key
 
 
-def test_a_dra_tenant_is_not_held_to_the_mock_device_plugins_memory_cap():
+def test_hami_and_dra_tenants_take_the_same_large_cards():
     cards = [{"model": "A100-80GB", "count": 16}]
-    with pytest.raises(ConfigError, match="mock device plugin"):
-        parse_config({"tenants": [{"name": "t", "gpus": cards}]})
-    cfg = parse_config({"tenants": [{"name": "t", "gpuSharing": "dra", "gpus": cards}]})
-    assert len(cfg.tenants[0].cards) == 16
+    for sharing in ("hami", "dra"):
+        cfg = parse_config({"tenants": [{"name": "t", "gpuSharing": sharing, "gpus": cards}]})
+        assert len(cfg.tenants[0].cards) == 16
 
 
 @pytest.mark.parametrize(
