@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 
 from builders.scripts import kamaji_datastores_delete_script
+from tests.support.fake_tools import fake_tools, tool_env
 from tests.support.pulumi_harness import ProgramRun
 
 # `get` answers as $REACHABLE says; `delete` succeeds unless $DELETE_FAILS.
-FAKE_KUBECTL = r"""#!/bin/sh
+FAKE_KUBECTL = r"""
 echo "kubectl $*" >> "$CALLS"
 cp "$KUBECONFIG" "$STATE/kubeconfig-seen"
 case " $* " in
@@ -30,18 +31,15 @@ SELECTOR = "-l app.kubernetes.io/instance=kamaji"
 
 @pytest.fixture
 def step(tmp_path: Path):
-    bin_dir, state = tmp_path / "bin", tmp_path / "state"
-    bin_dir.mkdir()
+    calls = fake_tools(tmp_path, {"kubectl": FAKE_KUBECTL})
+    state = tmp_path / "state"
     state.mkdir()
-    (bin_dir / "kubectl").write_text(FAKE_KUBECTL)
-    (bin_dir / "kubectl").chmod(0o755)
 
     def run(reachable: bool = True, delete_fails: bool = False) -> subprocess.CompletedProcess:
         return subprocess.run(
             ["/bin/sh", "-c", kamaji_datastores_delete_script(timeout_seconds=7)],
             env={
-                "PATH": f"{bin_dir}:/usr/bin:/bin",
-                "CALLS": str(tmp_path / "calls"),
+                **tool_env(tmp_path),
                 "STATE": str(state),
                 "REACHABLE": "yes" if reachable else "no",
                 "DELETE_FAILS": "1" if delete_fails else "",
@@ -53,7 +51,7 @@ def step(tmp_path: Path):
             timeout=30,
         )
 
-    run.calls = tmp_path / "calls"  # type: ignore[attr-defined]
+    run.calls = calls  # type: ignore[attr-defined]
     run.state = state  # type: ignore[attr-defined]
     return run
 

@@ -16,11 +16,12 @@ from pathlib import Path
 import pytest
 
 from builders.scripts import tenant_admin_authorized_wait_script
+from tests.support.fake_tools import fake_tools, tool_env
 from tests.support.pulumi_harness import ProgramRun
 
 # Answers each `kubectl auth can-i` with the next word of $ANSWERS: y (yes), n (no, exit 1 as
 # kubectl does), x (no answer); the kubeconfig it was given is kept.
-FAKE_KUBECTL = r"""#!/bin/sh
+FAKE_KUBECTL = r"""
 echo "kubectl $*" >> "$CALLS"
 cp "$KUBECONFIG" "$STATE/kubeconfig-seen"
 n=$(cat "$STATE/n" 2>/dev/null || echo 0); echo $((n + 1)) > "$STATE/n"
@@ -37,19 +38,16 @@ CAN_I = "kubectl --request-timeout=10s auth can-i * * --all-namespaces"
 
 @pytest.fixture
 def gate(tmp_path: Path):
-    bin_dir, state = tmp_path / "bin", tmp_path / "state"
-    bin_dir.mkdir()
+    calls = fake_tools(tmp_path, {"kubectl": FAKE_KUBECTL})
+    state = tmp_path / "state"
     state.mkdir()
-    (bin_dir / "kubectl").write_text(FAKE_KUBECTL)
-    (bin_dir / "kubectl").chmod(0o755)
 
     def run(answers: str, timeout_seconds: int = 300) -> subprocess.CompletedProcess[str]:
         script = tenant_admin_authorized_wait_script(timeout_seconds, interval_seconds=0)
         return subprocess.run(
             ["/bin/sh", "-c", script],
             env={
-                "PATH": f"{bin_dir}:/usr/bin:/bin",
-                "CALLS": str(tmp_path / "calls"),
+                **tool_env(tmp_path),
                 "STATE": str(state),
                 "ANSWERS": answers,
                 "LAB_KUBECONFIG": "tenant-admin-kubeconfig",
@@ -59,7 +57,7 @@ def gate(tmp_path: Path):
             timeout=30,
         )
 
-    run.calls = tmp_path / "calls"  # type: ignore[attr-defined]
+    run.calls = calls  # type: ignore[attr-defined]
     run.state = state  # type: ignore[attr-defined]
     return run
 
