@@ -181,6 +181,41 @@ echo "$API_ENDPOINT answers" >&2
     )
 
 
+def _consecutive_wait_script(
+    check: str,
+    give_up: str,
+    show: str,
+    done: str,
+    timeout_seconds: int,
+    consecutive: int,
+    interval_seconds: int,
+) -> str:
+    """Waits until the shell condition `check` holds `consecutive` times in a row: a Service in
+    front of a control plane that is rolling may answer from either pod. After `timeout_seconds`
+    it prints `give_up` (shell words for echo) and what `show` prints, and exits 1."""
+    return (
+        STRICT
+        + KUBECONFIG_PRELUDE
+        + f"""deadline=$(( $(date +%s) + {timeout_seconds} ))
+held=0
+while [ "$held" -lt {consecutive} ]; do
+  if {check}; then
+    held=$((held + 1))
+  else
+    held=0
+  fi
+  if [ "$held" -lt {consecutive} ] && [ "$(date +%s)" -ge "$deadline" ]; then
+    echo {give_up} >&2
+    {show} >&2 || true
+    exit 1
+  fi
+  [ "$held" -ge {consecutive} ] || sleep {interval_seconds}
+done
+echo {done} >&2
+"""
+    )
+
+
 def tenant_admin_authorized_wait_script(
     timeout_seconds: int = 300, consecutive: int = 3, interval_seconds: int = 2
 ) -> str:
@@ -193,28 +228,19 @@ def tenant_admin_authorized_wait_script(
     lab's run (docs/upstream-facts/tenant.md, kamaji-admin-rbac-after-ready). Needs
     LAB_KUBECONFIG (the tenant's admin kubeconfig).
     """
-    return (
-        STRICT
-        + KUBECONFIG_PRELUDE
-        + f"""deadline=$(( $(date +%s) + {timeout_seconds} ))
-granted=0
-while [ "$granted" -lt {consecutive} ]; do
-  answer=$(kubectl --request-timeout=10s auth can-i '*' '*' --all-namespaces 2>/dev/null || true)
-  if [ "$answer" = yes ]; then
-    granted=$((granted + 1))
-  else
-    granted=0
-  fi
-  if [ "$granted" -lt {consecutive} ] && [ "$(date +%s)" -ge "$deadline" ]; then
-    echo "the tenant's admin kubeconfig was not granted cluster-admin within {timeout_seconds}s;" \\
-      "Kamaji binds kubeadm:cluster-admins to it once the control plane is set up:" >&2
-    kubectl --request-timeout=10s auth can-i '*' '*' --all-namespaces >&2 || true
-    exit 1
-  fi
-  [ "$granted" -ge {consecutive} ] || sleep {interval_seconds}
-done
-echo "the tenant's admin kubeconfig is cluster-admin" >&2
-"""
+    can_i = "kubectl --request-timeout=10s auth can-i '*' '*' --all-namespaces"
+    return _consecutive_wait_script(
+        check=f'[ "$({can_i} 2>/dev/null || true)" = yes ]',
+        give_up=(
+            f"\"the tenant's admin kubeconfig was not granted cluster-admin within "
+            f'{timeout_seconds}s;" "Kamaji binds kubeadm:cluster-admins to it once the control'
+            ' plane is set up:"'
+        ),
+        show=can_i,
+        done='"the tenant\'s admin kubeconfig is cluster-admin"',
+        timeout_seconds=timeout_seconds,
+        consecutive=consecutive,
+        interval_seconds=interval_seconds,
     )
 
 
@@ -229,30 +255,20 @@ def admission_policy_api_wait_script(
     Ready, and for a moment the Service may reach either pod: one answer is not enough. Needs
     LAB_KUBECONFIG (the tenant's admin kubeconfig) and POLICY_API.
     """
-    return (
-        STRICT
-        + KUBECONFIG_PRELUDE
-        + f"""deadline=$(( $(date +%s) + {timeout_seconds} ))
-served=0
-while [ "$served" -lt {consecutive} ]; do
-  if kubectl --request-timeout=10s get --raw "/apis/$POLICY_API" 2>/dev/null \\
-      | grep -q '"name":"mutatingadmissionpolicies"'; then
-    served=$((served + 1))
-  else
-    served=0
-  fi
-  if [ "$served" -lt {consecutive} ] && [ "$(date +%s)" -ge "$deadline" ]; then
-    echo "the tenant API server did not serve mutatingadmissionpolicies in $POLICY_API" \\
-      "within {timeout_seconds}s; on v1.34-v1.35 it needs" \\
-      "--feature-gates=MutatingAdmissionPolicy=true and --runtime-config in the" \\
-      "TenantControlPlane's spec.controlPlane.deployment.extraArgs.apiServer" >&2
-    kubectl --request-timeout=10s get --raw "/apis/$POLICY_API" >&2 || true
-    exit 1
-  fi
-  [ "$served" -ge {consecutive} ] || sleep {interval_seconds}
-done
-echo "mutatingadmissionpolicies served in $POLICY_API" >&2
-"""
+    get = 'kubectl --request-timeout=10s get --raw "/apis/$POLICY_API"'
+    return _consecutive_wait_script(
+        check=f'{get} 2>/dev/null | grep -q \'"name":"mutatingadmissionpolicies"\'',
+        give_up=(
+            '"the tenant API server did not serve mutatingadmissionpolicies in $POLICY_API"'
+            f' "within {timeout_seconds}s; on v1.34-v1.35 it needs"'
+            ' "--feature-gates=MutatingAdmissionPolicy=true and --runtime-config in the"'
+            ' "TenantControlPlane\'s spec.controlPlane.deployment.extraArgs.apiServer"'
+        ),
+        show=get,
+        done='"mutatingadmissionpolicies served in $POLICY_API"',
+        timeout_seconds=timeout_seconds,
+        consecutive=consecutive,
+        interval_seconds=interval_seconds,
     )
 
 
