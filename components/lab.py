@@ -357,6 +357,18 @@ def config_fingerprint(cfg: LabConfig) -> str:
     return hashlib.sha256(cfg.model_dump_json(exclude=exclude).encode()).hexdigest()
 
 
+def release_fingerprint(releases: list[Any]) -> pulumi.Output[str]:
+    """The hash of what the tenants' Helm releases deploy (chart, version, values as the
+    engine holds them): a program upgrade that changes HAMi's values, or a chart bump,
+    validates again as a config change does; an `up` that upgrades no release does not."""
+    deployed = [pulumi.Output.all(r.chart, r.version, r.values) for r in releases]
+    return pulumi.Output.all(*deployed).apply(
+        lambda seen: hashlib.sha256(
+            json.dumps(seen, sort_keys=True, default=str).encode()
+        ).hexdigest()
+    )
+
+
 def _validation(
     cfg: LabConfig,
     stack: str,
@@ -366,9 +378,14 @@ def _validation(
 ) -> Validation:
     last_steps = [step for parts in tenants.values() for step in parts.last_steps]
     # Re-run on any config change (secrets are masked in the dump), on a new management
-    # cluster and whenever a worker joined anew.
+    # cluster, whenever a worker joined anew, and when a tenant's chart changes.
     triggers: list[Any] = [config_fingerprint(cfg), management.identity]
     triggers += [join.id for parts in tenants.values() for join in parts.workers.joins]
+    triggers.append(
+        release_fingerprint(
+            [r for parts in tenants.values() for r in (parts.cni.release, parts.sharing.release)]
+        )
+    )
     return Validation(
         "validation",
         ValidationArgs(

@@ -36,6 +36,7 @@ from ..placement import TenantMap, tenant_map
 from ..result import CheckFailed, CheckSkipped, Evidence
 from ..spec import Tenant
 from ..waiting import WaitTimeout
+from . import room
 
 WEBHOOK_CAUSE = "HAMi webhook not reached; Konnectivity tunnel or kube-proxy on workers broken"
 LOCK_WAIT_CAUSE = (
@@ -227,14 +228,19 @@ def gpu_pods(
     timeout: float | None = None,
     wait: bool = True,
     notes: list[str] | None = None,
+    one_card: bool = False,
 ) -> Iterator[list[Obj]]:
     """Create GPU pods, wait until all are allocated, yield them, and always delete them.
 
+    Pods that must be allocated are first held against the room the tenant's own GPU pods leave
+    (skipped, naming them, when they do not fit; with `one_card`, all on one card).
     `notes` collects what the wait had to work around (webhook endpoints, re-created pods)."""
     cl = ctx.tenant(t)
     ns = namespace or ctx.namespace(t)
     names: list[str] = []
     notes = [] if notes is None else notes
+    if wait:
+        _skip_unless_room(cl, t, bodies, one_card)
     try:
         waited = _webhook_ready(ctx, t)
         if waited >= ctx.poll_seconds:
@@ -266,6 +272,13 @@ def gpu_pods(
     finally:
         with contextlib.suppress(ClusterError, WaitTimeout, CheckFailed):
             ctx.delete_pods(cl, ns, names)  # leftovers stay tracked for the final cleanup
+
+
+def _skip_unless_room(cl: Cluster, t: Tenant, bodies: list[Obj], one_card: bool) -> None:
+    pods = cl.list_pods()
+    if room.holders(pods, t.gpu_nodes()):  # the nodes are read only when someone else holds room
+        nodes = {n: cl.get_node(n) for n in t.gpu_nodes()}
+        room.skip_unless_room(t, nodes, pods, bodies, one_card=one_card)
 
 
 def _read_cards(cl: Cluster, t: Tenant) -> TenantMap:
@@ -439,7 +452,7 @@ def sharing(ctx: RunContext, t: Tenant) -> str:
         )
         for i in range(k)
     ]
-    with gpu_pods(ctx, t, bodies) as pods:
+    with gpu_pods(ctx, t, bodies, one_card=True) as pods:
         ids = {c.id for c in cards}
         uuids = set()
         for p in pods:

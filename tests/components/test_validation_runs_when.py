@@ -9,6 +9,7 @@ keeps it and the code in step.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 
 import pytest
@@ -25,6 +26,7 @@ DOCUMENTED_AS = {
     "trigger: a hash of the whole parsed config": "config",
     "trigger: the management cluster's identity": "management",
     "trigger: each worker join's id, new on every join": "joins",
+    "trigger: a hash of the releases' chart, version and values": "releases",
     "input: its `LABCHECK_SPEC` environment (an update runs it again)": "environment",
     "input: its `create` command": "create",
 }
@@ -38,6 +40,23 @@ def documented_rows() -> list[str]:
     return rows
 
 
+TENANT_RELEASES = (
+    "tenant-a-cni-chart",
+    "tenant-a-hami-chart",
+    "tenant-b-cni-chart",
+    "tenant-b-hami-chart",
+)
+
+
+def release_fingerprint_of(run: ProgramRun) -> str:
+    """The tenants' releases as the engine holds them (chart, version, values), hashed."""
+    seen = [
+        [r.inputs["chart"], r.inputs["version"], r.inputs["values"]]
+        for r in (run.named(name) for name in TENANT_RELEASES)
+    ]
+    return hashlib.sha256(json.dumps(seen, sort_keys=True, default=str).encode()).hexdigest()
+
+
 def trigger_kinds(run: ProgramRun) -> list[str]:
     """Each of the step's triggers, by where it comes from."""
     config_hash = config_fingerprint(parse_config(LAB))
@@ -45,6 +64,7 @@ def trigger_kinds(run: ProgramRun) -> list[str]:
         f"{r.name}-id" for r in run.of_type(COMMAND) if r.name.endswith("-join")
     }  # the mocks' ids
     management = run.named("management-kind").urn
+    releases = release_fingerprint_of(run)
     kinds = []
     for trigger in run.named(STEP).inputs["triggers"]:
         if trigger == config_hash:
@@ -53,6 +73,8 @@ def trigger_kinds(run: ProgramRun) -> list[str]:
             kinds.append("joins")
         elif trigger.endswith("/management-kind-id"):  # the identity names the kind Command
             kinds.append("management")
+        elif trigger == releases:
+            kinds.append("releases")
         else:
             pytest.fail(f"trigger {trigger!r} of {STEP} is not in docs/validation.md")
     assert management in run.named(STEP).property_dependencies["triggers"]
@@ -63,7 +85,8 @@ def test_the_docs_name_every_trigger_and_input_of_the_validation_step(lab: Progr
     step = lab.named(STEP)
     documented = [DOCUMENTED_AS[row] for row in documented_rows()]
     kinds = trigger_kinds(lab)
-    assert kinds == ["config", "management", "joins", "joins"]  # two tenants, a worker each
+    # two tenants, a worker each
+    assert kinds == ["config", "management", "joins", "joins", "releases"]
     inputs = set(step.inputs) - {"stdout", "stderr"}  # outputs the harness records
     assert inputs == {"create", "environment", "triggers"}
     assert set(step.inputs["environment"]) == {"LABCHECK_SPEC"}
@@ -81,7 +104,26 @@ def test_a_config_change_replaces_the_step(lab: ProgramRun):
     changed = run_program({**LAB, "hamiNodeLockTimeout": "6m"}).named(STEP)
     before = lab.named(STEP).inputs["triggers"]
     assert changed.inputs["triggers"][0] != before[0]
-    assert changed.inputs["triggers"][1:] == before[1:]
+    assert changed.inputs["triggers"][1:4] == before[1:4]  # the same cluster and joins
+
+
+def test_a_changed_chart_value_replaces_the_step_with_the_config_unchanged(lab: ProgramRun):
+    """A program upgrade that changes what a tenant's chart deploys (the mock device plugin
+    turned off in HAMi's values, say) validates again, though the stack config is the same."""
+    import builders.hami
+
+    original = builders.hami.hami_values
+
+    def changed_values(*args, **kwargs):
+        values = original(*args, **kwargs)
+        return {**values, "scheduler": {**values["scheduler"], "nodeLockExpire": "7m"}}
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("components.tenant.hami.hami_values", changed_values)
+        changed = run_program(LAB).named(STEP)
+    before = lab.named(STEP).inputs["triggers"]
+    assert changed.inputs["triggers"][:4] == before[:4]
+    assert changed.inputs["triggers"][4] != before[4]
 
 
 def test_the_fingerprint_of_a_stack_is_kept_until_it_sets_a_newer_key():
