@@ -8,11 +8,15 @@ containers with kamaji_render.control_plane_args' commands, at the images the no
 (tenant_stand_in.write_files) with the DataStore's CA and the tenant's client certificate Kamaji
 signs (CN = the TCP's UID), in one Secret projected at Kamaji's paths.
 
-Not Kamaji's, and said where it matters: one Secret for all the files (Kamaji keeps one per
-certificate pair and kubeconfig, and the egress selector in a ConfigMap); no probes, resources or
-security context; the Konnectivity server, when there is one, at the version the Go module proxy
-serves under the image name Kamaji gives it (konnectivity.py); Kamaji's reconciliation and
-certificate rotation are not run.
+Each container mounts the files Kamaji's builder mounts in it, at the same paths (kube-scheduler
+only its kubeconfig; upstream fact `kamaji-control-plane-deployment`).
+
+Not Kamaji's, and said where it matters (docs/tenant-stand-in.md): one Secret for all the files
+(Kamaji keeps one per certificate pair and kubeconfig, and the egress selector in a ConfigMap);
+no probes, resources, rollout strategy or image pull policy (Kamaji pulls kube-apiserver and the
+Konnectivity server `Always`; here every image is preloaded and none is pulled); the Konnectivity
+server, when there is one, at the version the Go module proxy serves under the image name Kamaji
+gives it (konnectivity.py); Kamaji's reconciliation and certificate rotation are not run.
 """
 
 from __future__ import annotations
@@ -98,7 +102,9 @@ def manifests(tcp: dict[str, Any], files: dict[str, bytes], version: str) -> lis
     mounts = {
         "kube-apiserver": _mounts(["pki"]),
         "kube-controller-manager": _mounts(["pki", "controller-manager.conf"]),
-        "kube-scheduler": _mounts(["pki", "scheduler.conf"]),
+        # Kamaji mounts only the scheduler's kubeconfig Secret at /etc/kubernetes: its flags name
+        # nothing else, and kubeadm's scheduler.conf embeds its certificate.
+        "kube-scheduler": _mounts(["scheduler.conf"]),
     }
     images = {program: f"{REGISTRY}/{program}:{version}" for program in commands}
     if tunnel:

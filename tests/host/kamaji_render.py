@@ -403,7 +403,8 @@ def pod_files(*, konnectivity: bool = True) -> dict[str, str]:
         "ClusterConfiguration.apiServer.certSANs, the service IP, localAPIEndpoint",
         APISERVER_KEY: "its key (certs apiserver)",
         APISERVER_KUBELET_CLIENT_CERT: "kubeadm's apiserver-kubelet-client certificate "
-        "(certs apiserver-kubelet-client, O=kubeadm:cluster-admins)",
+        "(certs apiserver-kubelet-client, CN=kube-apiserver-kubelet-client; the v1.35 CLI adds "
+        "O=kubeadm:cluster-admins, Kamaji's v1.36 library no organization)",
         APISERVER_KUBELET_CLIENT_KEY: "its key",
         FRONT_PROXY_CA_CERT: "kubeadm's front-proxy CA certificate (certs front-proxy-ca)",
         FRONT_PROXY_CA_KEY: "its key (projected too, unused by the flags)",
@@ -415,7 +416,8 @@ def pod_files(*, konnectivity: bool = True) -> dict[str, str]:
         ETCD_CA_CERT: "the datastore's CA (DataStore tlsConfig.certificateAuthority), not a "
         "kubeadm etcd-ca: kubeadm skips etcd certs for external etcd",
         ETCD_CLIENT_CERT: "an etcd client certificate Kamaji signs with the datastore CA: "
-        "CN=<tenant's datastore user, the TCP UID>, O=system:masters, EKU client+server",
+        "CN=<tenant's datastore user, the TCP UID>, O=system:masters, EKU "
+        "client+server+codeSigning",
         ETCD_CLIENT_KEY: "its key (RSA)",
         CONTROLLER_MANAGER_KUBECONFIG: "kubeadm's controller-manager.conf (kubeconfig "
         "controller-manager) made with localAPIEndpoint.advertiseAddress 127.0.0.1: "
@@ -572,6 +574,8 @@ def phases() -> list[Phase]:
             "kubeadm's dns.EnsureDNSAddon manifests applied by Kamaji "
             "(internal/resources/addons/coredns.go)",
             "kubeadm init phase addon coredns",
+            "the same objects, but the v1.35 CLI's image is coredns/coredns:v1.13.1 where "
+            "Kamaji's v1.36 library deploys registry.k8s.io/coredns/coredns:v1.14.2",
         ),
         Phase(
             "upload-config kubeadm",
@@ -594,7 +598,10 @@ def phases() -> list[Phase]:
             "kube-public/cluster-info with its RBAC (internal/kubeadm/bootstraptoken.go)",
             "kubeadm init phase bootstrap-token",
             "kubeadm also creates a bootstrap token (a random one when the configuration names "
-            "none); cluster-info's server comes from the --kubeconfig file",
+            "none); cluster-info's server comes from the --kubeconfig file. The v1.35 CLI makes "
+            "no kubeadm:apiserver-kubelet-client binding (kube-apiserver-kubelet-client -> "
+            "system:kubelet-api-admin, new in the v1.36 library Kamaji links): the API server "
+            "reaches the kubelets through its certificate's O=kubeadm:cluster-admins instead",
         ),
         Phase(
             "cluster-admin RBAC",

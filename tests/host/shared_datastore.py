@@ -45,6 +45,12 @@ ENDPOINT = f"{POD}.{NAME}.{NAMESPACE}.svc.cluster.local:{CLIENT_PORT}"
 PKI = "/etc/etcd/pki"
 ROOT_PKI = "/opt/certs/root-certs"
 MASTERS = "system:masters"
+# The extended key usages of Kamaji's datastore client certificate (crypto.go:283-287).
+CLIENT_USAGES = (
+    ExtendedKeyUsageOID.CLIENT_AUTH,
+    ExtendedKeyUsageOID.SERVER_AUTH,
+    ExtendedKeyUsageOID.CODE_SIGNING,
+)
 
 
 @dataclass(frozen=True)
@@ -61,13 +67,12 @@ class DatastorePki:
 
     def client(self, user: str) -> tuple[bytes, bytes]:
         """A client certificate as Kamaji signs it for a tenant (internal/crypto/crypto.go:272,
-        NewCertificateTemplate): CN=user, O=system:masters, client+server auth."""
+        NewCertificateTemplate): CN=user, O=system:masters, client+server+code-signing usages
+        (its key is ECDSA here, RSA 2048 in Kamaji's)."""
         ca = x509.load_pem_x509_certificate(self.ca_cert)
         ca_key = serialization.load_pem_private_key(self.ca_key, None)
         assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
-        return _leaf(
-            user, (ca, ca_key), [ExtendedKeyUsageOID.CLIENT_AUTH, ExtendedKeyUsageOID.SERVER_AUTH]
-        )
+        return _leaf(user, (ca, ca_key), list(CLIENT_USAGES))
 
 
 def _pem(cert: x509.Certificate) -> bytes:

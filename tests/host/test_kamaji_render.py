@@ -14,6 +14,7 @@ import yaml
 
 from builders.control_plane import tenant_control_plane_manifest
 from labconfig.model import TenantConfig
+from planning.pulls import KAMAJI_COREDNS
 
 ADDRESS = "172.31.255.10"
 UID = "0b7c3a5e-1111-4222-8333-944455556666"
@@ -302,6 +303,20 @@ def test_phases_in_the_order_kamaji_triggers_them():
     ]
     assert "kubeadm:cluster-admins" in phases[-1].kamaji
     assert "token" in phases[5].note
+
+
+@pytest.mark.upstream("kubeadm-v1.36-apiserver-kubelet-client", "kamaji-tcp-default-images")
+def test_where_the_v1_35_cli_phases_differ_from_kamajis_v1_36_library():
+    """What the whole-lab run's tenant held and the stand-in's kubeadm v1.35.4 makes otherwise:
+    the kubelet API binding of the bootstrap-token phase and CoreDNS's image."""
+    by_name = {p.name: p for p in kr.phases()}
+    assert "kubeadm:apiserver-kubelet-client" in by_name["bootstrap-token"].note
+    assert "system:kubelet-api-admin" in by_name["bootstrap-token"].note
+    assert "v1.13.1" in by_name["addon coredns"].note
+    assert KAMAJI_COREDNS in by_name["addon coredns"].note
+    files = kr.pod_files()
+    assert "CN=kube-apiserver-kubelet-client" in files[kr.APISERVER_KUBELET_CLIENT_CERT]
+    assert "codeSigning" in files[kr.ETCD_CLIENT_CERT]
 
 
 @pytest.mark.upstream("kamaji-soot-phases")
