@@ -4,8 +4,10 @@ equal to docs/mirrored-site.md and to the values the program itself sets."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
+import yaml
 
 from builders.hami import hami_values
 from builders.labcheck_spec import GPU_TEST_IMAGE, TOOLS_IMAGE
@@ -132,15 +134,24 @@ def test_a_bad_stack_file_is_one_line(tmp_path, capsys):
     assert capsys.readouterr().err.startswith("pulls: tenants: ")
 
 
+def site_stack_file(tmp_path, stack: str = "lab", **config) -> Path:
+    """A copy of Pulumi.<stack>.yaml with `config` added, as the Pulumi CLI leaves a stack file
+    after the first `make up` (its `encryptionsalt` after the config); the checkout's own file
+    is only read, whatever the CLI or the user added to it."""
+    data = yaml.safe_load((PROJECT_DIR / f"Pulumi.{stack}.yaml").read_text())
+    data["config"] |= {f"kamaji-hami-lab:{key}": value for key, value in config.items()}
+    data["encryptionsalt"] = "v1:sGRF0bUS6co=:v1:icRrznmcw9aq/3yK:/IQTB2H8R6zhMDaE6hSXMaEGtGa=="
+    path = tmp_path / f"Pulumi.site-{stack}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
 def test_a_stack_file_with_encrypted_mirror_credentials_is_read_without_them(tmp_path, capsys):
     """Host tools never decrypt: the secret is known to be set, its value is not read."""
-    stack = tmp_path / "Pulumi.site.yaml"
-    stack.write_text(
-        (PROJECT_DIR / "Pulumi.lab.yaml").read_text()
-        + "  kamaji-hami-lab:registryMirrors:\n"
-        + "    - {registry: '*', mirror: harbor.example/all}\n"
-        + "  kamaji-hami-lab:registryMirrorAuth:\n"
-        + "    secure: v1:abc:def\n"
+    stack = site_stack_file(
+        tmp_path,
+        registryMirrors=[{"registry": "*", "mirror": "harbor.example/all"}],
+        registryMirrorAuth={"secure": "v1:abc:def"},
     )
     assert main([str(stack), "--table"]) == 0
     assert "| harbor.example/all |" in capsys.readouterr().out
