@@ -16,9 +16,11 @@ from planning.pulls import (
     HOST_DOCKER,
     LABCHECK_IMAGES,
     MANAGEMENT,
+    UNPINNED_WHY,
     chart_table,
     full_reference,
     image_table,
+    is_pinned,
     main,
     stack_pulls,
     through,
@@ -155,3 +157,51 @@ def test_a_stack_file_with_encrypted_mirror_credentials_is_read_without_them(tmp
     )
     assert main([str(stack), "--table"]) == 0
     assert "| harbor.example/all |" in capsys.readouterr().out
+
+
+def test_the_gpu_stack_is_listed_before_its_secrets_are_set(capsys):
+    """Pulumi.gpu.yaml as checked out: the kubeconfig and SSH key are set later, and neither
+    changes what the stack pulls."""
+    assert main([str(PROJECT_DIR / "Pulumi.gpu.yaml")]) == 0
+    out, err = capsys.readouterr()
+    assert "docker.io/nvidia/cuda:12.4.1-base-ubuntu22.04" in out.splitlines()
+    assert "managementKubeconfig" not in err and "sshPrivateKey" not in err
+
+
+def test_listing_a_stack_still_refuses_what_its_secrets_cannot_fix(tmp_path, capsys):
+    stack = site_stack_file(
+        tmp_path, "gpu", managementStack="organization/kamaji-hami-lab/lab",
+        managementKubeconfig={"secure": "v1:abc:def"},
+    )  # fmt: skip
+    assert main([str(stack)]) == 2
+    assert "exactly one of managementKubeconfig (secret) or managementStack" in (
+        capsys.readouterr().err
+    )
+
+
+@pytest.mark.parametrize(
+    ("image", "pinned"),
+    [
+        ("docker.io/cfssl/cfssl:latest", False),
+        ("docker.io/library/busybox", False),
+        ("127.0.0.1:5000/x", False),
+        ("127.0.0.1:5000/x:1", True),
+        ("docker.io/library/busybox:1.37.0", True),
+        ("docker.io/x/y@sha256:" + "0" * 64, True),
+        ("docker.io/x/y:latest@sha256:" + "0" * 64, True),
+    ],
+)
+def test_an_image_is_pinned_by_a_tag_other_than_latest_or_by_a_digest(image, pinned):
+    assert is_pinned(image) is pinned
+
+
+def test_unpinned_images_are_flagged_in_both_forms(capsys):
+    """cfssl is `latest` in kamaji-etcd's chart: a mirror holds what it was when copied."""
+    assert main([str(PROJECT_DIR / "Pulumi.lab.yaml")]) == 0
+    out, err = capsys.readouterr()
+    assert "docker.io/cfssl/cfssl:latest" in out.splitlines()  # still copied
+    assert err.splitlines() == [f"pulls: not pinned: docker.io/cfssl/cfssl:latest {UNPINNED_WHY}"]
+    assert main([str(PROJECT_DIR / "Pulumi.lab.yaml"), "--table"]) == 0
+    rows = [row for row in capsys.readouterr().out.splitlines() if "(not pinned)" in row]
+    flagged = [row.split(" | ")[0] for row in rows]
+    assert flagged == ["| `docker.io/cfssl/cfssl:latest` (not pinned)"]
