@@ -107,6 +107,14 @@ def is_pinned(image: str) -> bool:
 UNPINNED_WHY = "(no tag, or `latest`): a mirror holds what it named when copied"
 
 
+def copy_reference(image: str) -> str:
+    """`image` as skopeo copies it: pinned by tag and digest, by its digest alone, since
+    skopeo refuses a reference with both and a node pulls such an image by its digest
+    (upstream fact `skopeo-tag-and-digest`)."""
+    name, sep, digest = image.partition("@")
+    return f"{_name_and_tag(name)[0]}@{digest}" if sep else image
+
+
 def registry_of(image: str) -> str:
     return full_reference(image).split("/", 1)[0]
 
@@ -251,6 +259,11 @@ def unique_images(pulls: Pulls) -> list[str]:
     return list(dict.fromkeys(pull.image for pull in pulls.images))
 
 
+def copy_list(pulls: Pulls) -> list[str]:
+    """`make pulls`: each image once, as skopeo copies it (docs/mirrored-site.md)."""
+    return list(dict.fromkeys(copy_reference(image) for image in unique_images(pulls)))
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
     import sys
@@ -262,8 +275,8 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(
         prog="python -m planning.pulls",
-        description="Every image (one per line) and chart a stack pulls at its pinned versions; "
-        "an image that is not pinned is named on stderr.",
+        description="Every image (one per line, as skopeo copies it) and chart a stack pulls at "
+        "its pinned versions; an image that is not pinned is named on stderr.",
     )
     parser.add_argument("stack_file", type=Path, help="the stack's Pulumi.<stack>.yaml")
     parser.add_argument("--charts", action="store_true", help="list the charts instead")
@@ -283,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
             for c in dict.fromkeys(ChartPull(c.name, c.version, c.source, "") for c in pulls.charts)
         ]  # fmt: skip
     else:
-        lines = image_table(pulls, cfg.registry_mirrors) if args.table else unique_images(pulls)
+        lines = image_table(pulls, cfg.registry_mirrors) if args.table else copy_list(pulls)
     print("\n".join(lines))
     if not (args.charts or args.table):
         for image in unique_images(pulls):

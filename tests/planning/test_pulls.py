@@ -4,6 +4,7 @@ equal to docs/mirrored-site.md and to the values the program itself sets."""
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from planning.pulls import (
     MANAGEMENT,
     UNPINNED_WHY,
     chart_table,
+    copy_list,
     full_reference,
     image_table,
     is_pinned,
@@ -26,6 +28,7 @@ from planning.pulls import (
     through,
     unique_images,
 )
+from tests.support.fake_tools import fake_tools, tool_env
 from tests.support.pulumi_harness import PROJECT_DIR, lab_stack_config, stack_config
 
 DOC = PROJECT_DIR / "docs/mirrored-site.md"
@@ -125,7 +128,7 @@ def test_a_chart_source_and_a_mirror_show_in_the_list():
 def test_make_pulls_prints_one_image_per_line(capsys):
     assert main([str(PROJECT_DIR / "Pulumi.lab.yaml")]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines == unique_images(stack_pulls(lab()))
+    assert lines == copy_list(stack_pulls(lab()))
     assert all(re.fullmatch(r"[a-z0-9.:-]+/[^\s]+", line) for line in lines)
 
 
@@ -205,3 +208,78 @@ def test_unpinned_images_are_flagged_in_both_forms(capsys):
     rows = [row for row in capsys.readouterr().out.splitlines() if "(not pinned)" in row]
     flagged = [row.split(" | ")[0] for row in rows]
     assert flagged == ["| `docker.io/cfssl/cfssl:latest` (not pinned)"]
+
+
+def test_an_image_pinned_by_tag_and_digest_is_listed_by_its_digest(capsys):
+    """skopeo (containers/image) refuses a reference with both; the digest is what a node pulls
+    anyway (upstream fact `skopeo-tag-and-digest`)."""
+    assert main([str(PROJECT_DIR / "Pulumi.lab.yaml")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    digest = "sha256:452d707d4862f52530247495d180205e029056831160e22870e37e3f6c1ac31f"
+    assert f"docker.io/kindest/node@{digest}" in lines
+    assert not [line for line in lines if re.search(r":[^/@]+@sha256:", line)]
+    assert len(lines) == len(unique_images(stack_pulls(lab())))
+
+
+def copy_recipe() -> str:
+    """The shell block of docs/mirrored-site.md that copies the list with skopeo."""
+    blocks = re.findall(r"```bash\n(.*?)```", DOC.read_text(), flags=re.S)
+    (recipe,) = [block for block in blocks if "skopeo copy" in block]
+    return recipe
+
+
+# skopeo's own answer to `name:tag@digest` (containers/image docker/docker_transport.go).
+# Only what it copied is in $CALLS.
+FAKE_SKOPEO = """\
+for ref in "$@"; do
+  case "${ref##*/}" in
+    *:*@sha256:*)
+      echo "Docker references with both a tag and digest are currently not supported" >&2
+      exit 1 ;;
+  esac
+done
+[ "${FAIL_ON:-}" = "" ] || case "$*" in *"$FAIL_ON"*) exit 1 ;; esac
+echo "skopeo $*" >> "$CALLS"
+"""
+
+
+def run_copy_recipe(
+    tmp_path, capsys, stack: str, fail_on: str = ""
+) -> tuple[int, list[str], list[str]]:
+    """The docs' recipe with a `make` that prints `make pulls STACK=<stack>`'s list and a
+    skopeo that records what it copied: (exit status, the list, the calls of both)."""
+    assert main([str(PROJECT_DIR / f"Pulumi.{stack}.yaml")]) == 0
+    listed = capsys.readouterr().out
+    (tmp_path / "list").write_text(listed)
+    log = fake_tools(
+        tmp_path,
+        {
+            "make": f'echo "make $*" >> "$CALLS"\ncat "{tmp_path}/list"\n',
+            "skopeo": FAKE_SKOPEO,
+        },
+    )
+    recipe = copy_recipe().replace("STACK=lab", f"STACK={stack}")
+    done = subprocess.run(
+        ["bash", "-c", recipe], env={**tool_env(tmp_path), "FAIL_ON": fail_on}, check=False
+    )
+    calls = log.read_text().splitlines() if log.exists() else []
+    return done.returncode, listed.splitlines(), calls
+
+
+@pytest.mark.upstream("skopeo-tag-and-digest")
+@pytest.mark.parametrize("stack", ["lab", "dra"])
+def test_the_documented_copy_recipe_copies_the_whole_list(tmp_path, capsys, stack):
+    status, images, calls = run_copy_recipe(tmp_path, capsys, stack)
+    assert status == 0
+    # -s: on a fresh checkout make would print the commands that create .venv into the list.
+    assert calls == [f"make -s pulls STACK={stack}"] + [
+        f"skopeo copy --all docker://{image} docker://registry.example.com/{image.split('/', 1)[1]}"
+        for image in images
+    ]
+
+
+def test_the_documented_copy_recipe_stops_at_the_first_failure(tmp_path, capsys):
+    status, images, calls = run_copy_recipe(tmp_path, capsys, "lab", fail_on=LABCHECK_IMAGES[0])
+    assert status != 0
+    copied = [call.split()[3] for call in calls[1:]]
+    assert copied == [f"docker://{image}" for image in images[: images.index(LABCHECK_IMAGES[0])]]
