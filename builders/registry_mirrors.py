@@ -53,6 +53,11 @@ def hosts_toml(mirror: RegistryMirror, credentials: str = "") -> str:
     return "\n".join(lines) + "\n"
 
 
+def holds_credentials(text: str) -> bool:
+    """A file with a mirror's credentials: 0600 in the node, a secret in the plan and state."""
+    return "Authorization = " in text
+
+
 def registry_files(
     mirrors: Sequence[RegistryMirror], auth: Mapping[str, str] | None = None
 ) -> dict[str, str]:
@@ -72,16 +77,19 @@ def registry_files(
 def files_environment(files: dict[str, str]) -> dict[str, str]:
     """The files as a Command's environment: REGISTRY_FILES lists the paths, REGISTRY_FILE_<n>
     holds the n-th one's text, so `pulumi preview --diff` shows a change as the lines that
-    changed."""
+    changed; REGISTRY_PRIVATE_FILES lists those with credentials."""
     paths = sorted(files)
-    environment = {"REGISTRY_FILES": "\n".join(paths)}
+    private = [path for path in paths if holds_credentials(files[path])]
+    environment = {"REGISTRY_FILES": "\n".join(paths), "REGISTRY_PRIVATE_FILES": "\n".join(private)}
     environment |= {f"REGISTRY_FILE_{n}": files[path] for n, path in enumerate(paths, 1)}
     return environment
 
 
 def install_files_script() -> str:
     """Puts the files of `files_environment` into container NODE in place of what an earlier
-    run put there. containerd reads hosts.toml on every pull: no restart."""
+    run put there: 0600 for a file with credentials (created so, never readable by others even
+    while it is written), 0644 for the others. containerd reads hosts.toml on every pull: no
+    restart."""
     return (
         STRICT
         + f"""\
@@ -90,8 +98,10 @@ n=0
 for path in $REGISTRY_FILES; do
   n=$((n + 1))
   eval "content=\\$REGISTRY_FILE_$n"
-  printf '%s' "$content" |
-    docker exec -i "$NODE" sh -c 'mkdir -p "$(dirname "$1")" && cat > "$1"' sh "$path"
+  mode=644
+  if printf '%s\\n' "$REGISTRY_PRIVATE_FILES" | grep -qxF -- "$path"; then mode=600; fi
+  printf '%s' "$content" | docker exec -i "$NODE" sh -c \\
+    'mkdir -p "$(dirname "$1")" && umask 077 && cat > "$1" && chmod "$2" "$1"' sh "$path" "$mode"
 done
 echo "$NODE pulls through the site's registry mirrors" >&2
 """

@@ -11,6 +11,7 @@ import pulumi_command as command
 
 from builders.registry_mirrors import (
     files_environment,
+    holds_credentials,
     install_files_script,
     registry_files,
     remove_files_script,
@@ -34,7 +35,7 @@ def mirror_files(
     environment: dict[str, pulumi.Input[str]] = {"NODE": node}
     for key, text in files_environment(files).items():
         # A file with a mirror's credentials is a secret in the state and the plan.
-        environment[key] = pulumi.Output.secret(text) if "Authorization" in text else text
+        environment[key] = pulumi.Output.secret(text) if holds_credentials(text) else text
     return command.local.Command(
         name,
         create=install_files_script(),

@@ -18,10 +18,6 @@ def run_labels(run_id: str, check: str = "") -> dict[str, str]:
     return labels
 
 
-def run_selector(run_id: str) -> str:
-    return f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE},{RUN_ID_LABEL}={run_id}"
-
-
 def _pod(
     name: str,
     labels: dict[str, str],

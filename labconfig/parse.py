@@ -36,7 +36,7 @@ def _format_location(loc: tuple[int | str, ...]) -> str:
     return key
 
 
-def _check_tenants(cfg: LabConfig) -> None:
+def _check_tenants(cfg: LabConfig, secrets_set: bool) -> None:
     seen: dict[str, int] = {}
     for index, tenant in enumerate(cfg.tenants):
         key = f"tenants[{index}]"
@@ -61,16 +61,16 @@ def _check_tenants(cfg: LabConfig) -> None:
                 f"{cards} cards on each worker (the counts of all entries added up): a worker "
                 f"holds at most {MAX_CARDS_PER_WORKER}",
             )
-        _check_workers(cfg, tenant, key)
+        _check_workers(cfg, tenant, key, secrets_set)
         _check_gpu_mode(tenant, key)
         _check_gpu_sharing(tenant, key)
 
 
-def _check_workers(cfg: LabConfig, tenant: TenantConfig, key: str) -> None:
+def _check_workers(cfg: LabConfig, tenant: TenantConfig, key: str, secrets_set: bool) -> None:
     if tenant.worker_mode == "remote":
         if not tenant.remote_workers:
             raise ConfigError(f"{key}.remoteWorkers", "workerMode remote needs at least one host")
-        if not cfg.ssh_private_key.get_secret_value():
+        if secrets_set and not cfg.ssh_private_key.get_secret_value():
             raise ConfigError(
                 "sshPrivateKey",
                 "remote workers need the SSH key: "
@@ -169,7 +169,7 @@ def _check_nvml_mock(tenant: TenantConfig, key: str) -> None:
         )
 
 
-def _check_management(cfg: LabConfig) -> None:
+def _check_management(cfg: LabConfig, secrets_set: bool) -> None:
     has_kubeconfig = bool(cfg.management_kubeconfig.get_secret_value())
     if cfg.management_mode == "kind":
         for key, set_ in (
@@ -179,7 +179,7 @@ def _check_management(cfg: LabConfig) -> None:
             if set_:
                 raise ConfigError(key, "is only used with managementMode existing")
         return
-    if has_kubeconfig == bool(cfg.management_stack):
+    if has_kubeconfig == bool(cfg.management_stack) and (has_kubeconfig or secrets_set):
         raise ConfigError(
             "managementMode",
             "existing needs exactly one of managementKubeconfig (secret) or managementStack",
@@ -232,8 +232,12 @@ def _check_mirror_auth(cfg: LabConfig) -> None:
         )
 
 
-def parse_config(raw: Mapping[str, Any]) -> LabConfig:
-    """Validates raw stack config (camelCase keys, values decoded) into a ``LabConfig``."""
+def parse_config(raw: Mapping[str, Any], secrets_set: bool = True) -> LabConfig:
+    """Validates raw stack config (camelCase keys, values decoded) into a ``LabConfig``.
+
+    ``secrets_set=False`` reads a stack file alone, before the user has set its secrets: a
+    secret the stack will need (``managementKubeconfig``, ``sshPrivateKey``) may be missing.
+    """
     try:
         cfg = LabConfig.model_validate(dict(raw))
     except ValidationError as error:
@@ -243,8 +247,8 @@ def parse_config(raw: Mapping[str, Any]) -> LabConfig:
         if first["type"] != "missing":
             message += f" (got {json.dumps(first.get('input'), default=str)})"
         raise ConfigError(key, message) from None
-    _check_management(cfg)
-    _check_tenants(cfg)
+    _check_management(cfg, secrets_set)
+    _check_tenants(cfg, secrets_set)
     _check_node_names(cfg)
     _check_mirror_auth(cfg)
     plan_network(cfg)  # raises ConfigError for subnets, ranges and addresses that do not fit

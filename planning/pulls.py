@@ -90,6 +90,31 @@ def full_reference(image: str) -> str:
     return f"docker.io/{image}"
 
 
+def _name_and_tag(reference: str) -> tuple[str, str]:
+    """`name:tag` as (name, tag); the tag is "" when the last path part has no colon (a
+    registry's port is not a tag)."""
+    name, sep, tag = reference.rpartition(":")
+    return (name, tag) if sep and "/" not in tag else (reference, "")
+
+
+def is_pinned(image: str) -> bool:
+    """Pinned by a digest, or by a tag other than `latest`: a tag-less or `latest` reference
+    names whatever its registry holds when it is pulled or copied."""
+    name, digest = image.partition("@")[::2]
+    return bool(digest) or _name_and_tag(name)[1] not in ("", "latest")
+
+
+UNPINNED_WHY = "(no tag, or `latest`): a mirror holds what it named when copied"
+
+
+def copy_reference(image: str) -> str:
+    """`image` as skopeo copies it: pinned by tag and digest, by its digest alone, since
+    skopeo refuses a reference with both and a node pulls such an image by its digest
+    (upstream fact `skopeo-tag-and-digest`)."""
+    name, sep, digest = image.partition("@")
+    return f"{_name_and_tag(name)[0]}@{digest}" if sep else image
+
+
 def registry_of(image: str) -> str:
     return full_reference(image).split("/", 1)[0]
 
@@ -215,7 +240,8 @@ def image_table(pulls: Pulls, mirrors: tuple[RegistryMirror, ...] = ()) -> list[
     for image, uses in by_image.items():
         pullers = ", ".join(dict.fromkeys(u.puller for u in uses))
         purposes = ", ".join(dict.fromkeys(u.purpose for u in uses))
-        lines.append(f"| `{image}` | {pullers} | {purposes} | {through(image, mirrors)} |")
+        flag = "" if is_pinned(image) else " (not pinned)"
+        lines.append(f"| `{image}`{flag} | {pullers} | {purposes} | {through(image, mirrors)} |")
     return lines
 
 
@@ -233,6 +259,11 @@ def unique_images(pulls: Pulls) -> list[str]:
     return list(dict.fromkeys(pull.image for pull in pulls.images))
 
 
+def copy_list(pulls: Pulls) -> list[str]:
+    """`make pulls`: each image once, as skopeo copies it (docs/mirrored-site.md)."""
+    return list(dict.fromkeys(copy_reference(image) for image in unique_images(pulls)))
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
     import sys
@@ -244,7 +275,8 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(
         prog="python -m planning.pulls",
-        description="Every image (one per line) and chart a stack pulls at its pinned versions.",
+        description="Every image (one per line, as skopeo copies it) and chart a stack pulls at "
+        "its pinned versions; an image that is not pinned is named on stderr.",
     )
     parser.add_argument("stack_file", type=Path, help="the stack's Pulumi.<stack>.yaml")
     parser.add_argument("--charts", action="store_true", help="list the charts instead")
@@ -252,7 +284,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         values, secrets = stack_file_values(args.stack_file.read_text())
-        cfg = parse_config(raw_stack_config(values, secrets))
+        # The secrets a user sets later (a kubeconfig, an SSH key) change nothing pulled.
+        cfg = parse_config(raw_stack_config(values, secrets), secrets_set=False)
     except (OSError, ConfigError) as error:
         print(f"pulls: {error}", file=sys.stderr)
         return 2
@@ -263,8 +296,12 @@ def main(argv: list[str] | None = None) -> int:
             for c in dict.fromkeys(ChartPull(c.name, c.version, c.source, "") for c in pulls.charts)
         ]  # fmt: skip
     else:
-        lines = image_table(pulls, cfg.registry_mirrors) if args.table else unique_images(pulls)
+        lines = image_table(pulls, cfg.registry_mirrors) if args.table else copy_list(pulls)
     print("\n".join(lines))
+    if not (args.charts or args.table):
+        for image in unique_images(pulls):
+            if not is_pinned(image):
+                print(f"pulls: not pinned: {image} {UNPINNED_WHY}", file=sys.stderr)
     for chart in pulls.unread:
         print(f"pulls: the default images of {chart} are not known here", file=sys.stderr)
     return 0

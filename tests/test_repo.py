@@ -93,5 +93,38 @@ def test_the_docs_name_only_paths_that_exist():
     assert sorted(missing) == []
 
 
+# Where the code, the tests and the tooling name a doc (comments, docstrings, messages).
+CODE_DOC_PATH = re.compile(r"(?<![\w./-])(docs/[\w./-]*[\w-]\.(?:md|png))")
+CODE_DIRS = ("benchmarks", "builders", "capacity", "components", "gpu_agent", "labcheck",
+             "labconfig", "planning", "policy", "preflight", "tests", ".github", ".ci")  # fmt: skip
+
+
+def test_the_code_names_only_docs_that_exist():
+    """The upstream facts' one file became the folder docs/upstream-facts/, and pyproject.toml's
+    marker help and a test's docstring still named the file."""
+    files = [ROOT / "Makefile", *ROOT.glob("*.toml"), *ROOT.glob("*.yaml"), *ROOT.glob("*.py")]
+    files += [p for d in CODE_DIRS for p in sorted((ROOT / d).rglob("*")) if p.is_file()]
+    missing = {
+        f"{path.relative_to(ROOT)}: {doc}"
+        for path in files
+        if path.suffix not in (".json", ".png", ".pyc")
+        for doc in CODE_DOC_PATH.findall(path.read_text(errors="replace"))
+        if not (ROOT / doc).exists()
+    }
+    assert sorted(missing) == []
+
+
+def test_the_docs_state_no_test_counts():
+    """A count of tests is wrong at the next commit that adds one; times are what a reader
+    plans with."""
+    docs = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    counts = {
+        f"{doc.relative_to(ROOT)}: {count}"
+        for doc in docs
+        for count in re.findall(r"\b\d[\d,]* tests\b", doc.read_text())
+    }
+    assert sorted(counts) == []
+
+
 def test_the_doc_path_scan_finds_paths():
     assert doc_paths("see `labconfig/parse.py` and `tests/*.py`") == {"labconfig/parse.py"}

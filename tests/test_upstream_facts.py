@@ -1,7 +1,7 @@
 """Every upstream behaviour the code relies on is listed with its source, and a test pins it.
 
 Tests mark themselves `@pytest.mark.upstream("<id>")` (or set `pytestmark`); the ids live in
-docs/upstream-facts.md as level-3 headings. Read statically, so a partial test run still checks
+docs/upstream-facts/*.md as level-3 headings. Read statically, so a partial test run still checks
 the whole tree.
 """
 

@@ -335,6 +335,10 @@ def test_the_host_tier_runs_as_root_on_the_runner_users_venv_and_gives_it_back()
 def test_every_stack_is_previewed_apart_from_the_host_tier():
     preview = jobs(PULL_REQUEST)["preview"]
     assert sorted(preview["strategy"]["matrix"]["stack"]) == STACKS
+    # docs/workflows.md names the same jobs.
+    section = (PROJECT_DIR / "docs/workflows.md").read_text().split("### `preview`", 1)[1]
+    listed = re.search(r"One job per stack \(([^)]*)\)", " ".join(section.split()))
+    assert listed and sorted(re.findall(r"`([a-z]+)`", listed.group(1))) == STACKS
     assert preview["strategy"]["fail-fast"] is False
     assert "host" not in preview.get("needs", [])
     assert 'preview_stack.py "$STACK"' in script(PULL_REQUEST, "preview")

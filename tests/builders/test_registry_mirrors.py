@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import stat
+import subprocess
+
 import pytest
 
 from builders.registry_mirrors import (
@@ -13,6 +16,7 @@ from builders.registry_mirrors import (
     remove_files_script,
 )
 from labconfig.mirrors import RegistryMirror
+from tests.support.fake_tools import fake_tools, tool_env
 
 CA = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----"
 
@@ -104,3 +108,42 @@ def test_a_mirrors_credentials_are_a_basic_auth_header_for_that_host_only():
         '    Authorization = "Basic cm9ib3QkbGFiOnMzY3JldA=="\n'
     )
     assert "Authorization" not in files["/etc/containerd/certs.d/quay.io/hosts.toml"]
+
+
+# `docker exec [-i] NODE sh -c SCRIPT sh ARGS...` run here, the node's / under $NODE_ROOT, with
+# the umask a `docker exec` starts with.
+FAKE_DOCKER_EXEC = """\
+[ "$1" = exec ] || exit 1
+shift
+[ "$1" = -i ] && shift
+shift
+args=()
+for arg in "$@"; do args+=("${arg//\\/etc\\//$NODE_ROOT/etc/}"); done
+umask 022
+exec "${args[@]}"
+"""
+
+
+def test_only_the_file_with_credentials_is_readable_by_root_alone(tmp_path):
+    """A hosts.toml with a mirror's Authorization header is 0600 inside the node, also where a
+    file of that name was there before (0644, as the program wrote it before); the others and
+    the CA stay 0644."""
+    mirrors = [
+        RegistryMirror(registry="docker.io", mirror="harbor.example/hub", ca=CA),
+        RegistryMirror(registry="quay.io", mirror="quay-cache.example"),
+    ]
+    files = registry_files(mirrors, {"harbor.example": "robot$lab:s3cret"})
+    root = tmp_path / "node"
+    earlier = root / "etc/containerd/certs.d/docker.io/hosts.toml"
+    earlier.parent.mkdir(parents=True)
+    earlier.write_text("an earlier file\n")
+    earlier.chmod(0o644)
+    fake_tools(tmp_path, {"docker": FAKE_DOCKER_EXEC})
+    env = {**tool_env(tmp_path), **files_environment(files), "NODE": "n", "NODE_ROOT": str(root)}
+    subprocess.run(["bash", "-c", install_files_script()], env=env, check=True)
+    modes = {path: stat.S_IMODE((root / path.lstrip("/")).stat().st_mode) for path in files}
+    assert modes == {
+        path: 0o600 if "Authorization" in text else 0o644 for path, text in files.items()
+    }
+    assert modes["/etc/containerd/certs.d/docker.io/hosts.toml"] == 0o600
+    assert (root / "etc/containerd/certs.d/docker.io/ca.crt").read_text() == CA + "\n"

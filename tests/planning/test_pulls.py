@@ -4,8 +4,11 @@ equal to docs/mirrored-site.md and to the values the program itself sets."""
 from __future__ import annotations
 
 import re
+import subprocess
+from pathlib import Path
 
 import pytest
+import yaml
 
 from builders.hami import hami_values
 from builders.labcheck_spec import GPU_TEST_IMAGE, TOOLS_IMAGE
@@ -14,14 +17,18 @@ from planning.pulls import (
     HOST_DOCKER,
     LABCHECK_IMAGES,
     MANAGEMENT,
+    UNPINNED_WHY,
     chart_table,
+    copy_list,
     full_reference,
     image_table,
+    is_pinned,
     main,
     stack_pulls,
     through,
     unique_images,
 )
+from tests.support.fake_tools import fake_tools, tool_env
 from tests.support.pulumi_harness import PROJECT_DIR, lab_stack_config, stack_config
 
 DOC = PROJECT_DIR / "docs/mirrored-site.md"
@@ -121,7 +128,7 @@ def test_a_chart_source_and_a_mirror_show_in_the_list():
 def test_make_pulls_prints_one_image_per_line(capsys):
     assert main([str(PROJECT_DIR / "Pulumi.lab.yaml")]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines == unique_images(stack_pulls(lab()))
+    assert lines == copy_list(stack_pulls(lab()))
     assert all(re.fullmatch(r"[a-z0-9.:-]+/[^\s]+", line) for line in lines)
 
 
@@ -132,15 +139,147 @@ def test_a_bad_stack_file_is_one_line(tmp_path, capsys):
     assert capsys.readouterr().err.startswith("pulls: tenants: ")
 
 
+def site_stack_file(tmp_path, stack: str = "lab", **config) -> Path:
+    """A copy of Pulumi.<stack>.yaml with `config` added, as the Pulumi CLI leaves a stack file
+    after the first `make up` (its `encryptionsalt` after the config); the checkout's own file
+    is only read, whatever the CLI or the user added to it."""
+    data = yaml.safe_load((PROJECT_DIR / f"Pulumi.{stack}.yaml").read_text())
+    data["config"] |= {f"kamaji-hami-lab:{key}": value for key, value in config.items()}
+    data["encryptionsalt"] = "v1:sGRF0bUS6co=:v1:icRrznmcw9aq/3yK:/IQTB2H8R6zhMDaE6hSXMaEGtGa=="
+    path = tmp_path / f"Pulumi.site-{stack}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
 def test_a_stack_file_with_encrypted_mirror_credentials_is_read_without_them(tmp_path, capsys):
     """Host tools never decrypt: the secret is known to be set, its value is not read."""
-    stack = tmp_path / "Pulumi.site.yaml"
-    stack.write_text(
-        (PROJECT_DIR / "Pulumi.lab.yaml").read_text()
-        + "  kamaji-hami-lab:registryMirrors:\n"
-        + "    - {registry: '*', mirror: harbor.example/all}\n"
-        + "  kamaji-hami-lab:registryMirrorAuth:\n"
-        + "    secure: v1:abc:def\n"
+    stack = site_stack_file(
+        tmp_path,
+        registryMirrors=[{"registry": "*", "mirror": "harbor.example/all"}],
+        registryMirrorAuth={"secure": "v1:abc:def"},
     )
     assert main([str(stack), "--table"]) == 0
     assert "| harbor.example/all |" in capsys.readouterr().out
+
+
+def test_the_gpu_stack_is_listed_before_its_secrets_are_set(capsys):
+    """Pulumi.gpu.yaml as checked out: the kubeconfig and SSH key are set later, and neither
+    changes what the stack pulls."""
+    assert main([str(PROJECT_DIR / "Pulumi.gpu.yaml")]) == 0
+    out, err = capsys.readouterr()
+    assert "docker.io/nvidia/cuda:12.4.1-base-ubuntu22.04" in out.splitlines()
+    assert "managementKubeconfig" not in err and "sshPrivateKey" not in err
+
+
+def test_listing_a_stack_still_refuses_what_its_secrets_cannot_fix(tmp_path, capsys):
+    stack = site_stack_file(
+        tmp_path, "gpu", managementStack="organization/kamaji-hami-lab/lab",
+        managementKubeconfig={"secure": "v1:abc:def"},
+    )  # fmt: skip
+    assert main([str(stack)]) == 2
+    assert "exactly one of managementKubeconfig (secret) or managementStack" in (
+        capsys.readouterr().err
+    )
+
+
+@pytest.mark.parametrize(
+    ("image", "pinned"),
+    [
+        ("docker.io/cfssl/cfssl:latest", False),
+        ("docker.io/library/busybox", False),
+        ("127.0.0.1:5000/x", False),
+        ("127.0.0.1:5000/x:1", True),
+        ("docker.io/library/busybox:1.37.0", True),
+        ("docker.io/x/y@sha256:" + "0" * 64, True),
+        ("docker.io/x/y:latest@sha256:" + "0" * 64, True),
+    ],
+)
+def test_an_image_is_pinned_by_a_tag_other_than_latest_or_by_a_digest(image, pinned):
+    assert is_pinned(image) is pinned
+
+
+def test_unpinned_images_are_flagged_in_both_forms(capsys):
+    """cfssl is `latest` in kamaji-etcd's chart: a mirror holds what it was when copied."""
+    assert main([str(PROJECT_DIR / "Pulumi.lab.yaml")]) == 0
+    out, err = capsys.readouterr()
+    assert "docker.io/cfssl/cfssl:latest" in out.splitlines()  # still copied
+    assert err.splitlines() == [f"pulls: not pinned: docker.io/cfssl/cfssl:latest {UNPINNED_WHY}"]
+    assert main([str(PROJECT_DIR / "Pulumi.lab.yaml"), "--table"]) == 0
+    rows = [row for row in capsys.readouterr().out.splitlines() if "(not pinned)" in row]
+    flagged = [row.split(" | ")[0] for row in rows]
+    assert flagged == ["| `docker.io/cfssl/cfssl:latest` (not pinned)"]
+
+
+def test_an_image_pinned_by_tag_and_digest_is_listed_by_its_digest(capsys):
+    """skopeo (containers/image) refuses a reference with both; the digest is what a node pulls
+    anyway (upstream fact `skopeo-tag-and-digest`)."""
+    assert main([str(PROJECT_DIR / "Pulumi.lab.yaml")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    digest = "sha256:452d707d4862f52530247495d180205e029056831160e22870e37e3f6c1ac31f"
+    assert f"docker.io/kindest/node@{digest}" in lines
+    assert not [line for line in lines if re.search(r":[^/@]+@sha256:", line)]
+    assert len(lines) == len(unique_images(stack_pulls(lab())))
+
+
+def copy_recipe() -> str:
+    """The shell block of docs/mirrored-site.md that copies the list with skopeo."""
+    blocks = re.findall(r"```bash\n(.*?)```", DOC.read_text(), flags=re.S)
+    (recipe,) = [block for block in blocks if "skopeo copy" in block]
+    return recipe
+
+
+# skopeo's own answer to `name:tag@digest` (containers/image docker/docker_transport.go).
+# Only what it copied is in $CALLS.
+FAKE_SKOPEO = """\
+for ref in "$@"; do
+  case "${ref##*/}" in
+    *:*@sha256:*)
+      echo "Docker references with both a tag and digest are currently not supported" >&2
+      exit 1 ;;
+  esac
+done
+[ "${FAIL_ON:-}" = "" ] || case "$*" in *"$FAIL_ON"*) exit 1 ;; esac
+echo "skopeo $*" >> "$CALLS"
+"""
+
+
+def run_copy_recipe(
+    tmp_path, capsys, stack: str, fail_on: str = ""
+) -> tuple[int, list[str], list[str]]:
+    """The docs' recipe with a `make` that prints `make pulls STACK=<stack>`'s list and a
+    skopeo that records what it copied: (exit status, the list, the calls of both)."""
+    assert main([str(PROJECT_DIR / f"Pulumi.{stack}.yaml")]) == 0
+    listed = capsys.readouterr().out
+    (tmp_path / "list").write_text(listed)
+    log = fake_tools(
+        tmp_path,
+        {
+            "make": f'echo "make $*" >> "$CALLS"\ncat "{tmp_path}/list"\n',
+            "skopeo": FAKE_SKOPEO,
+        },
+    )
+    recipe = copy_recipe().replace("STACK=lab", f"STACK={stack}")
+    done = subprocess.run(
+        ["bash", "-c", recipe], env={**tool_env(tmp_path), "FAIL_ON": fail_on}, check=False
+    )
+    calls = log.read_text().splitlines() if log.exists() else []
+    return done.returncode, listed.splitlines(), calls
+
+
+@pytest.mark.upstream("skopeo-tag-and-digest")
+@pytest.mark.parametrize("stack", ["lab", "dra"])
+def test_the_documented_copy_recipe_copies_the_whole_list(tmp_path, capsys, stack):
+    status, images, calls = run_copy_recipe(tmp_path, capsys, stack)
+    assert status == 0
+    # -s: on a fresh checkout make would print the commands that create .venv into the list.
+    assert calls == [f"make -s pulls STACK={stack}"] + [
+        f"skopeo copy --all docker://{image} docker://registry.example.com/{image.split('/', 1)[1]}"
+        for image in images
+    ]
+
+
+def test_the_documented_copy_recipe_stops_at_the_first_failure(tmp_path, capsys):
+    status, images, calls = run_copy_recipe(tmp_path, capsys, "lab", fail_on=LABCHECK_IMAGES[0])
+    assert status != 0
+    copied = [call.split()[3] for call in calls[1:]]
+    assert copied == [f"docker://{image}" for image in images[: images.index(LABCHECK_IMAGES[0])]]
