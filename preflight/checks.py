@@ -48,6 +48,9 @@ KUBECTL_SKEW = 1
 HASHSIZE = "/sys/module/nf_conntrack/parameters/hashsize"
 SUBNET_CANDIDATES = ("10.213.0.0/16", "10.214.0.0/16", "192.168.213.0/24")
 
+# The Pulumi CLI the lab was run and tested with (the workflows and the real tier pin it too).
+PULUMI_CLI = "3.274.1"
+
 TOOL_INSTALL = {
     "docker": "install Docker Engine (rootful): https://docs.docker.com/engine/install/",
     "kind": (
@@ -56,7 +59,10 @@ TOOL_INSTALL = {
         "&& sudo mv ./kind /usr/local/bin/kind"
     ),
     "kubectl": "install kubectl: https://kubernetes.io/docs/tasks/tools/install-kubectl-linux/",
-    "pulumi": "install the Pulumi CLI: curl -fsSL https://get.pulumi.com | sh",
+    "pulumi": (
+        f"install the Pulumi CLI v{PULUMI_CLI}: curl -fsSL https://get.pulumi.com | sh -s -- "
+        f"--version {PULUMI_CLI}"
+    ),
     "curl": "install curl, e.g. sudo apt-get install curl",
     "git": "install git, e.g. sudo apt-get install git",
     "helm": "install Helm 3: https://helm.sh/docs/intro/install/",
@@ -199,14 +205,14 @@ def size_findings(facts: HostFacts, sizing: Sizing, previous: Sizing | None) -> 
         Finding(
             "memory",
             facts.mem_available_mb >= more_memory,
-            f"{facts.mem_available_mb} MB available, {more_memory} MB more needed "
-            f"(lab requests {need.memory_mb} MB{running})",
+            f"{facts.mem_available_mb} MB available for the {more_memory} MB the lab still "
+            f"needs (it requests {need.memory_mb} MB{running})",
             ("free memory or configure fewer tenants/workers",),
         ),
         Finding(
             "disk",
             facts.disk_free_gb >= more_disk,
-            f"{facts.disk_free_gb:.1f} GB free, {more_disk} GB more needed for images",
+            f"{facts.disk_free_gb:.1f} GB free for the {more_disk} GB of images still to pull",
             ("free space under Docker's data root",),
         ),
     ]

@@ -12,16 +12,15 @@ from pathlib import Path
 
 import pytest
 
+from preflight.checks import PULUMI_CLI, TOOL_INSTALL
 from tests.support.pulumi_harness import PROJECT_DIR
 
 MAKE = shutil.which("make") or "make"  # the project's own entry point: no make, no lab
 
+# The same commands as the preflight gives (one hint per tool, the Pulumi CLI pinned).
 INSTALL_HINTS = {
-    "pulumi": "missing pulumi: curl -fsSL https://get.pulumi.com | sh",
-    "kind": (
-        "missing kind: go install sigs.k8s.io/kind@v0.31.0 "
-        "(or curl -Lo kind https://kind.sigs.k8s.io/dl/v0.31.0/kind-linux-amd64)"
-    ),
+    "pulumi": "missing pulumi: " + TOOL_INSTALL["pulumi"].split(": ", 1)[1],
+    "kind": "missing kind: " + TOOL_INSTALL["kind"].split(": ", 1)[1],
     "docker": "missing docker: Docker Engine, rootful: https://docs.docker.com/engine/install/",
     "kubectl": "missing kubectl: https://kubernetes.io/docs/tasks/tools/install-kubectl-linux/",
     "curl": "missing curl: e.g. sudo apt-get install curl",
@@ -286,3 +285,35 @@ def test_stack_selects_or_creates_the_stack_for_pulumi_config_set(stack: str, tm
     ]
     assert (tmp_path / "home" / ".pulumi-kamaji-hami-lab").is_dir()
     assert not (tmp_path / "venv").exists()
+
+
+def test_make_alone_lists_the_user_targets_and_installs_nothing(tmp_path: Path):
+    """`make` with no target used to run the pip install; it prints what each target does."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "awk").symlink_to(shutil.which("awk") or "/usr/bin/awk")
+    done = subprocess.run(
+        [MAKE, "--no-print-directory", "-C", str(PROJECT_DIR), f"VENV={tmp_path / 'venv'}"],
+        env={"PATH": str(bin_dir), "HOME": str(tmp_path / "home")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    listed = {line.split()[0] for line in done.stdout.splitlines()[1:]}
+    user = {"up", "preview", "destroy", "check", "kubeconfig", "sharing", "capacity", "pulls"}
+    assert user | {"stack", "test", "test-real", "test-host"} == listed
+    assert "preflight, plan, deploy after you confirm" in done.stdout
+    assert not (tmp_path / "venv").exists()
+
+
+def test_every_install_hint_pins_the_pulumi_cli_the_lab_was_tested_with():
+    """The Makefile, the preflight, the workflows and the real tier name one CLI version."""
+    from tests.real.binaries import PULUMI_VERSION
+
+    makefile = (PROJECT_DIR / "Makefile").read_text()
+    assert f"PULUMI_CLI := {PULUMI_CLI}\n" in makefile
+    assert f"v{PULUMI_CLI}" == PULUMI_VERSION
+    assert TOOL_INSTALL["pulumi"].endswith(f"sh -s -- --version {PULUMI_CLI}")
+    # One complete kind hint: downloaded, made executable and moved onto PATH.
+    assert TOOL_INSTALL["kind"].endswith("chmod +x ./kind && sudo mv ./kind /usr/local/bin/kind")

@@ -215,9 +215,19 @@ def test_a_resize_of_a_running_lab_needs_room_only_for_what_it_adds():
     assert failed(host, grown, previous=Sizing(2, 2)) == {}
     memory = next(f for f in check_host(host, grown, Sizing(2, 2)) if f.check == "memory")
     assert memory.detail == (
-        "3000 MB available, 1728 MB more needed "
-        "(lab requests 7232 MB, 5504 MB of it already running)"
+        "3000 MB available for the 1728 MB the lab still needs "
+        "(it requests 7232 MB, 5504 MB of it already running)"
     )
+
+
+def test_a_passing_memory_or_disk_line_does_not_read_as_a_shortfall():
+    """A user read `ok memory 23219 MB available, 5504 MB more needed` as a failure."""
+    lines = {
+        f.check: f.detail for f in check_host(GOOD, PLAN, None) if f.check in ("memory", "disk")
+    }
+    assert all(f.ok for f in check_host(GOOD, PLAN, None) if f.check in ("memory", "disk"))
+    for detail in lines.values():
+        assert "more needed" not in detail and "still" in detail, detail
 
 
 def test_cpus_count_the_whole_lab_even_when_it_runs():

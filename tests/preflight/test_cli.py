@@ -109,7 +109,8 @@ def test_main_names_the_missing_pulumi_and_how_to_install_it(tmp_path, monkeypat
     assert cli.main(["--stack", "lab"]) == 1
     assert capsys.readouterr().err == (
         "preflight: cannot read stack lab: pulumi is not on PATH; "
-        "install the Pulumi CLI: curl -fsSL https://get.pulumi.com | sh\n"
+        "install the Pulumi CLI v3.274.1: curl -fsSL https://get.pulumi.com | sh -s -- "
+        "--version 3.274.1\n"
     )
 
 
