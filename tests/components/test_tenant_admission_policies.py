@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from tests.support.pulumi_harness import ProgramRun, run_program, stack_config
+from builders.admission_policy import cel_string
+from gpu_agent import parse_config as parse_agent_config
+from gpu_agent.hami import register_value
+from tests.support.pulumi_harness import ProgramRun, lab_stack_config, run_program, stack_config
 
 API = "kubernetes:admissionregistration.k8s.io/v1beta1"
 POLICY, BINDING = f"{API}:MutatingAdmissionPolicy", f"{API}:MutatingAdmissionPolicyBinding"
@@ -42,3 +47,19 @@ def test_tenants_without_simulated_gpus_register_no_nodes():
     registering = [n for n in names if n.endswith("-registration-mutatingadmissionpolicy")]
     assert registering == []
     assert nvml.of_type(POLICY)  # the lock-wait policy still: HAMi places their pods too
+
+
+def test_the_registration_follows_the_configured_split_count():
+    """A node registered at its creation with the split count of the config, the one the agent
+    in the same tenant writes: with another count, HAMi would share each card among as many pods
+    as the policy says until the agent rewrote the annotation."""
+    run = run_program({**lab_stack_config(), "hamiSplitCount": 4})
+    name = "tenant-b-simulated-gpus"
+    agent = json.loads(run.named(f"{name}-config").inputs["data"]["config.json"])
+    assert agent["splitCount"] == 4
+    policy = run.named(f"{name}-registration-mutatingadmissionpolicy")
+    expression = policy.inputs["spec"]["mutations"][0]["applyConfiguration"]["expression"]
+    for node, cards in parse_agent_config(agent).nodes.items():
+        value = register_value(node, cards)
+        assert [card["count"] for card in json.loads(value)] == [4] * len(cards)
+        assert f"{cel_string(node)}: {cel_string(value)}" in expression

@@ -358,6 +358,19 @@ def test_a_tenant_without_the_lock_wait_policy_fails_with_its_cause():
     assert r[("hami.lock-wait", "tenant-b")].status is Status.PASS
 
 
+def test_a_pod_group_other_than_the_programs_fails():
+    """The check reads the value, not only the label: a GPU pod admitted into another pod group
+    (another policy's, a gang's) is not the program's policy at work."""
+    lab = standard_lab()
+    lab.spec["tenants"][0]["lockWait"]["value"] = "the-programs-value"
+    _, r = run(lab, only=["hami.lock-wait"])
+    result = r[("hami.lock-wait", "tenant-a")]
+    assert result.status is Status.FAIL
+    assert result.expected == "scheduling.x-k8s.io/pod-group=the-programs-value on a GPU pod"
+    assert result.seen == "scheduling.x-k8s.io/pod-group=hami-node-lock-wait"
+    assert r[("hami.lock-wait", "tenant-b")].status is Status.PASS
+
+
 def test_a_tenant_whose_version_serves_no_policy_is_skipped_with_the_reason():
     lab = standard_lab()
     lab.spec["tenants"][0]["lockWait"] = None

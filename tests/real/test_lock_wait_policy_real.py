@@ -1,4 +1,7 @@
-"""The lock-wait policy on a real kube-apiserver v1.35.4 with the flags the program gives a tenant.
+"""The lock-wait policy on a real kube-apiserver with the flags the program gives a tenant.
+
+Every case runs on v1.35.4 (the beta API, which the program's flags switch on) and on v1.36.3
+(the GA v1 API, served with no flags: the program passes none).
 
 The program's MutatingAdmissionPolicy (builders/lock_wait_policy.py) labels the GPU pods HAMi
 schedules as pod-group members, so HAMi's Bind waits for its node lock instead of failing
@@ -12,16 +15,21 @@ import json
 import subprocess
 
 import pytest
-from binaries import bin_path
+from binaries import K8S_NEXT_VERSION, K8S_VERSION, bin_path
 from controlplane import ControlPlane, wait_until
 
 from builders.admission_policy import policy_api_version
 from builders.lock_wait_policy import POD_GROUP_LABEL, POD_GROUP_VALUE, policy_manifests
 from builders.scripts import admission_policy_api_wait_script
+from labconfig.model import TenantConfig
 from labconfig.parse import parse_config
 from tests.support.pulumi_harness import lab_stack_config
 
 TENANT = parse_config(lab_stack_config()).tenants[0]  # v1.35: the beta API, switched on
+APIS = {
+    K8S_VERSION: "admissionregistration.k8s.io/v1beta1",
+    K8S_NEXT_VERSION: "admissionregistration.k8s.io/v1",
+}
 NS, IGNORED_NS = "team-a", "not-for-hami"
 GPU_LIMITS = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "20000", "nvidia.com/gpucores": "25"}
 
@@ -58,9 +66,16 @@ def labels_of(plane: ControlPlane, body: dict) -> dict:
     return plane.admitted(body)["metadata"].get("labels") or {}
 
 
-@pytest.fixture(scope="module")
-def plane(start_control_plane) -> ControlPlane:
-    plane = start_control_plane("lock-wait-policy", full=False)
+def tenant_of(plane: ControlPlane) -> TenantConfig:
+    """The tenant a plane stands for: tenant-a at the plane's Kubernetes version."""
+    return TENANT.model_copy(update={"kubernetes_version": plane.kubernetes})
+
+
+@pytest.fixture(scope="module", params=[K8S_VERSION, K8S_NEXT_VERSION])
+def plane(request, start_control_plane) -> ControlPlane:
+    version = request.param
+    plane = start_control_plane(f"lock-wait-policy-{version}", full=False, kubernetes=version)
+    assert policy_api_version(tenant_of(plane)) == APIS[version]
     for namespace, labels in ((NS, {}), (IGNORED_NS, {"hami.io/webhook": "ignore"})):
         plane.kubectl("apply", "-f", "-", input=json.dumps({
             "apiVersion": "v1", "kind": "Namespace",
@@ -70,7 +85,7 @@ def plane(start_control_plane) -> ControlPlane:
         plane.kubectl("create", "serviceaccount", "default", "-n", namespace)
     probe = pod("probe", limits=GPU_LIMITS)
     assert POD_GROUP_LABEL not in labels_of(plane, probe)  # nothing labels pods before it
-    for manifest in policy_manifests(TENANT):
+    for manifest in policy_manifests(tenant_of(plane)):
         plane.kubectl("apply", "-f", "-", input=json.dumps(manifest))
     # The policy takes effect once the API server's policy informer has it.
     wait_until(lambda: POD_GROUP_LABEL in labels_of(plane, probe), "the policy in effect", 30)
@@ -84,7 +99,7 @@ def policy_api_gate(plane: ControlPlane, timeout_seconds: int) -> subprocess.Com
         env={
             "PATH": f"{bin_path('kubectl').parent}:/usr/bin:/bin",
             "LAB_KUBECONFIG": plane.kubeconfig().read_text(),
-            "POLICY_API": policy_api_version(TENANT) or "",
+            "POLICY_API": policy_api_version(tenant_of(plane)) or "",
         },
         capture_output=True,
         text=True,
@@ -107,11 +122,11 @@ def test_without_the_programs_flags_a_v1_35_api_server_serves_no_policy(start_co
 
 
 def test_with_them_the_gate_opens(plane):
+    """On v1.36 "them" is no flag at all: the v1 API is on by default."""
     gate = policy_api_gate(plane, timeout_seconds=30)
     assert gate.returncode == 0, gate.stderr
-    assert "mutatingadmissionpolicies served in admissionregistration.k8s.io/v1beta1" in (
-        gate.stderr
-    )
+    assert f"mutatingadmissionpolicies served in {APIS[plane.kubernetes]}" in gate.stderr
+    assert bool(plane.tenant_args) == (plane.kubernetes == K8S_VERSION)
 
 
 @pytest.mark.upstream("hami-v2.10-pod-group-bind-waits-for-lock")
