@@ -406,7 +406,9 @@ def test_unconfigured_node_events_are_ignored(kube, agent):
     assert "mgmt-control-plane" not in agent.nodes
 
 
-def wait_for(predicate, kube: FakeKube, seconds: float = 10.0) -> None:
+def wait_for(predicate, kube: FakeKube, seconds: float = 30.0) -> None:
+    """Poll until `predicate` holds (under the fake's lock). The bound is generous: the agent's
+    thread shares two cores with the other test workers, and a passing run returns at once."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         with kube.mutex:
