@@ -118,7 +118,7 @@ def skip_unless_room(
     more = f" and {len(held_by) - SHOWN_HOLDERS} more" if len(held_by) > SHOWN_HOLDERS else ""
     where = "on one card " if one_card else ""
     raise CheckSkipped(
-        f"{len(held_by)} GPU pod(s) not labcheck's hold slices on {t.name}'s cards ({shown}{more});"
-        f" this check's {len(bodies)} pod(s) do not fit {where}beside them: delete them and run "
-        "make check again"
+        f"{len(held_by)} GPU pod(s) of yours hold the room: delete them to rerun "
+        f"({shown}{more}); this check's {len(bodies)} pod(s) do not fit {where}beside them on "
+        f"{t.name}'s cards"
     )

@@ -28,9 +28,10 @@ def test_a_full_card_held_by_the_users_pods_skips_the_check_naming_them():
     out, r = run_lab(lab)
     res = r[("hami.webhook", "tenant-a")]
     assert res.status is Status.SKIP
-    assert "4 GPU pod(s) not labcheck's hold slices on tenant-a's cards" in res.evidence
+    # What to do comes first: the report's table cuts the evidence at its width.
+    assert res.evidence.startswith("4 GPU pod(s) of yours hold the room: delete them to rerun")
     assert "gpu-workloads/ex-0, gpu-workloads/ex-1, gpu-workloads/ex-2 and 1 more" in res.evidence
-    assert "delete them and run make check again" in res.evidence
+    assert "do not fit beside them on tenant-a's cards" in res.evidence
     assert r[("gpu.sharing", "tenant-a")].evidence == "blocked: hami.webhook (tenant-a) skip"
     # The other tenant's cards are free: its checks run and pass.
     assert r[("gpu.sharing", "tenant-b")].status is Status.PASS
