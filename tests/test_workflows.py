@@ -25,6 +25,7 @@ WORKFLOWS_DIR = PROJECT_DIR / ".github" / "workflows"
 E2E = WORKFLOWS_DIR / "real-host-e2e.yml"
 PULL_REQUEST = WORKFLOWS_DIR / "pull-request.yml"
 PREVIEW_SCRIPT = PROJECT_DIR / ".github" / "scripts" / "preview_stack.py"
+DOCS = PROJECT_DIR / "docs" / "workflows.md"
 STACKS = sorted(path.name.split(".")[1] for path in PROJECT_DIR.glob("Pulumi.*.yaml"))
 # `uses: owner/repo[/path]@<40 hex>  # vX.Y.Z`
 PINNED_USE = re.compile(
@@ -462,6 +463,28 @@ def test_the_diff_runs_only_for_a_stack_the_backend_holds():
     assert index_running("make .venv/.installed", PULL_REQUEST, "preview-diff") < checked
 
 
+def test_the_docs_name_every_variable_and_secret_the_workflow_reads():
+    text = PULL_REQUEST.read_text()
+    read = set(re.findall(r"\b(?:vars|secrets)\.([A-Z][A-Z0-9_]*)", text))
+    assert read >= {"PULUMI_BACKEND_URL", "PREVIEW_DIFF_RUNNER", "PULUMI_CONFIG_PASSPHRASE"}
+    docs = DOCS.read_text()
+    assert sorted(name for name in read if f"`{name}`" not in docs) == []
+    # ... each as what GitHub keeps it as: a variable or a secret.
+    for name in read:
+        kind = "variable" if name in PREVIEW.VARIABLES else "secret"
+        assert re.search(rf"\| `{name}`[^|\n]*\| {kind} \|", docs), (name, kind)
+        assert f"vars.{name}" not in text or kind == "variable"
+        assert f"secrets.{name}" not in text or kind == "secret"
+
+
+def test_the_docs_have_the_section_the_previews_point_to_and_name_every_stack():
+    docs = DOCS.read_text()
+    assert '"Diffs against the deployed stacks"' in PREVIEW.HOW_TO_DIFF
+    assert "\n### Diffs against the deployed stacks\n" in docs
+    section = docs.split("\n### Previews", 1)[1].split("\n## ", 1)[0]
+    assert [stack for stack in STACKS if f"`{stack}`" not in section] == []
+
+
 def test_the_preview_has_git_a_pinned_helm_and_the_pinned_cli_before_the_program_runs():
     """The program fetches Kamaji's charts with git and helm in a preview too."""
     checkout = uses_index("actions/checkout", PULL_REQUEST, "preview")
@@ -621,6 +644,12 @@ BACKENDS = [
     "azblob://state/kamaji-hami-lab",
     "https://api.pulumi.com",
 ]
+
+
+def test_every_backend_scheme_is_one_the_docs_give_an_example_of():
+    assert sorted(url.split("://")[0] for url in BACKENDS) == sorted(PREVIEW.BACKEND_NEEDS)
+    docs = DOCS.read_text()
+    assert [s for s in PREVIEW.BACKEND_NEEDS if f"`{s}://" not in docs] == []
 
 
 @pytest.mark.upstream("pulumi-diy-bucket-credentials-from-env")
