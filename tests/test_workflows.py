@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -24,6 +25,7 @@ WORKFLOWS_DIR = PROJECT_DIR / ".github" / "workflows"
 E2E = WORKFLOWS_DIR / "real-host-e2e.yml"
 PULL_REQUEST = WORKFLOWS_DIR / "pull-request.yml"
 PREVIEW_SCRIPT = PROJECT_DIR / ".github" / "scripts" / "preview_stack.py"
+DOCS = PROJECT_DIR / "docs" / "workflows.md"
 STACKS = sorted(path.name.split(".")[1] for path in PROJECT_DIR.glob("Pulumi.*.yaml"))
 # `uses: owner/repo[/path]@<40 hex>  # vX.Y.Z`
 PINNED_USE = re.compile(
@@ -116,9 +118,13 @@ def test_an_action_has_one_commit_across_the_workflows():
 
 
 @pytest.mark.parametrize("path", ALL, ids=lambda p: p.name)
-def test_the_token_can_only_read_the_contents(path):
+def test_the_token_can_only_read_the_contents_but_where_the_diffs_are_commented(path):
     assert workflow(path)["permissions"] == {"contents": "read"}
-    assert [name for name, job in jobs(path).items() if "permissions" in job] == []
+    writers = {name: job["permissions"] for name, job in jobs(path).items() if "permissions" in job}
+    if path == PULL_REQUEST:
+        assert writers == {"preview-diff": {"contents": "read", "pull-requests": "write"}}
+    else:
+        assert writers == {}
 
 
 @pytest.mark.parametrize("path", ALL, ids=lambda p: p.name)
@@ -282,8 +288,16 @@ def test_pull_requests_run_on_push_and_on_label_and_nightly():
     assert {"opened", "synchronize", "reopened", "labeled"} <= set(on["pull_request"]["types"])
 
 
-def test_no_secret_is_used_so_fork_pull_requests_run_it_all():
-    assert "secrets." not in PULL_REQUEST.read_text()
+def test_only_the_diff_previews_read_secrets_and_the_mode_job_only_whether_they_are_set():
+    """Everything else runs the same on a fork's pull request, which gets no secret."""
+    readers = {
+        name for name, job in jobs(PULL_REQUEST).items() if "secrets." in yaml.safe_dump(job)
+    }
+    assert readers == {"preview-mode", "preview-diff"}
+    (mode_step,) = [step for step in steps(PULL_REQUEST, "preview-mode") if "env" in step]
+    for value in mode_step["env"].values():
+        if "secrets." in value:
+            assert re.fullmatch(r"\$\{\{ secrets\.[A-Z_]+ != '' \}\}", value), value
 
 
 def test_the_test_job_runs_lint_and_the_hermetic_tier():
@@ -319,7 +333,11 @@ def test_the_host_tier_runs_nightly_or_with_its_label_only():
         "github.event_name == 'schedule' || "
         "contains(github.event.pull_request.labels.*.name, 'host-tier')"
     )
-    assert [name for name, job in jobs(PULL_REQUEST).items() if "if" in job] == ["host"]
+    assert [name for name, job in jobs(PULL_REQUEST).items() if "if" in job] == [
+        "host",
+        "preview-diff",
+        "preview",
+    ]
 
 
 def test_the_host_tier_runs_as_root_on_the_runner_users_venv_and_gives_it_back():
@@ -332,16 +350,143 @@ def test_the_host_tier_runs_as_root_on_the_runner_users_venv_and_gives_it_back()
     assert give_back["if"] == "always()" and "sudo chown -R" in give_back["run"]
 
 
-def test_every_stack_is_previewed_apart_from_the_host_tier():
-    preview = jobs(PULL_REQUEST)["preview"]
-    assert sorted(preview["strategy"]["matrix"]["stack"]) == STACKS
-    # docs/workflows.md names the same jobs.
-    section = (PROJECT_DIR / "docs/workflows.md").read_text().split("### `preview`", 1)[1]
-    listed = re.search(r"One job per stack \(([^)]*)\)", " ".join(section.split()))
+@pytest.mark.parametrize("job", ["preview", "preview-diff"])
+def test_every_stack_is_previewed_apart_from_the_tiers(job):
+    preview = jobs(PULL_REQUEST)[job]
+    assert sorted(preview["strategy"]["matrix"]["stack"]) == STACKS == sorted(PREVIEW.STACKS)
+    # docs/workflows.md names the same stacks.
+    text = " ".join((PROJECT_DIR / "docs/workflows.md").read_text().split())
+    listed = re.search(r"Every pull request gets one preview per stack: ([^.]*)\.", text)
     assert listed and sorted(re.findall(r"`([a-z]+)`", listed.group(1))) == STACKS
     assert preview["strategy"]["fail-fast"] is False
-    assert "host" not in preview.get("needs", [])
-    assert 'preview_stack.py "$STACK"' in script(PULL_REQUEST, "preview")
+    assert preview["needs"] == "preview-mode"
+
+
+def test_one_kind_of_preview_runs_as_the_mode_job_decides():
+    """The diffs where the mode job says so, the throwaway previews on every other run (forks,
+    no backend, nightly); a mode job that fails (a backend named but unusable) runs neither."""
+    mode = jobs(PULL_REQUEST)["preview-mode"]
+    assert mode["outputs"] == {
+        "diff": "${{ steps.mode.outputs.diff }}",
+        "why": "${{ steps.mode.outputs.why }}",
+    }
+    assert step_running("preview_stack.py --mode", PULL_REQUEST, "preview-mode")["id"] == "mode"
+    assert jobs(PULL_REQUEST)["preview-diff"]["if"] == "needs.preview-mode.outputs.diff == 'true'"
+    assert jobs(PULL_REQUEST)["preview"]["if"] == "needs.preview-mode.outputs.diff != 'true'"
+    throwaway = step_running('preview_stack.py "$STACK"', PULL_REQUEST, "preview")
+    assert throwaway["env"]["NOT_A_DIFF_BECAUSE"] == "${{ needs.preview-mode.outputs.why }}"
+
+
+def test_the_mode_job_sees_the_event_the_head_and_each_name_only_as_set():
+    env = step_running("preview_stack.py --mode", PULL_REQUEST, "preview-mode")["env"]
+    assert env["EVENT"] == "${{ github.event_name }}"
+    assert env["HEAD_REPOSITORY"] == "${{ github.event.pull_request.head.repo.full_name }}"
+    assert env["REPOSITORY"] == "${{ github.repository }}"
+    assert env["ACTOR"] == "${{ github.actor }}"
+    assert env["PULUMI_BACKEND_URL"] == "${{ vars.PULUMI_BACKEND_URL }}"
+    assert env[PREVIEW.RUNNER] == f"${{{{ vars.{PREVIEW.RUNNER} }}}}"
+    needed = {name for names in PREVIEW.BACKEND_NEEDS.values() for name in names}
+    assert {key.removeprefix("SET_") for key in env if key.startswith("SET_")} == needed
+    for name in needed:
+        where = "vars" if name in PREVIEW.VARIABLES else "secrets"
+        assert env[f"SET_{name}"] == f"${{{{ {where}.{name} != '' }}}}"
+
+
+def test_the_diff_job_gets_what_the_backend_needs_by_value_where_the_mode_job_checked_it():
+    env = jobs(PULL_REQUEST)["preview-diff"]["env"]
+    needed = {name for names in PREVIEW.BACKEND_NEEDS.values() for name in names}
+    for name in needed | {"PULUMI_BACKEND_URL", "AWS_REGION"}:
+        where = "vars" if name in PREVIEW.VARIABLES else "secrets"
+        assert env[name] == f"${{{{ {where}.{name} }}}}"
+    assert set(env) == needed | {"PULUMI_BACKEND_URL", "AWS_REGION"}
+
+
+@pytest.mark.upstream("pulumi-k8s-read-needs-the-cluster")
+def test_the_diff_job_runs_where_the_lab_answers():
+    """A deployed stack's preview reads each tenant's admin kubeconfig from the management
+    cluster; GitHub's runners cannot reach a lab on a user's host."""
+    job = jobs(PULL_REQUEST)["preview-diff"]
+    assert job["runs-on"] == "${{ vars.PREVIEW_DIFF_RUNNER || 'ubuntu-24.04' }}"
+    text = (PROJECT_DIR / "components" / "tenant" / "control_plane.py").read_text()
+    assert "k8s.core.v1.Secret.get(" in text  # why: remove the runner when this goes
+
+
+def pulumi_action() -> dict:
+    (step,) = [
+        step
+        for step in steps(PULL_REQUEST, "preview-diff")
+        if step.get("uses", "").startswith("pulumi/actions@")
+    ]
+    return step
+
+
+# pulumi/actions v7.0.0 action.yml `inputs` (the same as v6.6.1's).
+PULUMI_ACTION_INPUTS = {
+    "command", "stack-name", "pulumi-version", "pulumi-version-file", "work-dir",
+    "comment-on-pr", "comment-on-pr-number", "comment-on-summary", "github-token", "cloud-url",
+    "secrets-provider", "parallel", "message", "config-map", "expect-no-changes", "diff",
+    "replace", "exclude", "exclude-dependents", "target", "target-dependents", "policyPacks",
+    "policyPackConfigs", "refresh", "upsert", "remove", "edit-pr-comment", "color",
+    "exclude-protected", "plan", "suppress-outputs", "suppress-progress",
+    "always-include-summary", "continue-on-error", "log-verbosity", "log-flow", "debug",
+}  # fmt: skip
+
+
+@pytest.mark.upstream("pulumi-actions-one-comment-per-stack", "pulumi-actions-login-and-cli")
+def test_the_diff_is_one_comment_per_stack_edited_on_each_push():
+    step = pulumi_action()
+    assert re.search(
+        r"uses: pulumi/actions@8e5e406f4007fca908480587cb9893c07090f58d  # v7\.0\.0$",
+        PULL_REQUEST.read_text(),
+        re.M,
+    )
+    inputs = step["with"]
+    assert set(inputs) <= PULUMI_ACTION_INPUTS
+    assert inputs["command"] == "preview"
+    # The comment's heading names the stack: one comment per matrix entry, found again and
+    # edited on the next push.
+    assert inputs["stack-name"] == "${{ matrix.stack }}"
+    assert inputs["comment-on-pr"] is True and inputs["edit-pr-comment"] is True
+    assert "comment-on-pr-number" not in inputs
+    assert inputs["diff"] is True
+    assert inputs.get("expect-no-changes", False) is False  # a change is what it shows
+    assert inputs["always-include-summary"] is True  # a long diff keeps its counts
+    # The team's backend, logged into; never a stack made there, never the CLI replaced.
+    assert inputs["cloud-url"] == "${{ vars.PULUMI_BACKEND_URL }}"
+    assert inputs["work-dir"] == "."
+    assert not {"upsert", "refresh", "pulumi-version", "pulumi-version-file"} & set(inputs)
+
+
+def test_the_diff_runs_only_for_a_stack_the_backend_holds():
+    checked = index_running('preview_stack.py --deployed "$STACK"', PULL_REQUEST, "preview-diff")
+    check = steps(PULL_REQUEST, "preview-diff")[checked]
+    assert check["id"] == "deployed"
+    assert check["env"]["STACK"] == "${{ matrix.stack }}"
+    assert steps(PULL_REQUEST, "preview-diff").index(pulumi_action()) > checked
+    assert pulumi_action()["if"] == "steps.deployed.outputs.deployed == 'true'"
+    assert index_running("make .venv/.installed", PULL_REQUEST, "preview-diff") < checked
+
+
+def test_the_docs_name_every_variable_and_secret_the_workflow_reads():
+    text = PULL_REQUEST.read_text()
+    read = set(re.findall(r"\b(?:vars|secrets)\.([A-Z][A-Z0-9_]*)", text))
+    assert read >= {"PULUMI_BACKEND_URL", "PREVIEW_DIFF_RUNNER", "PULUMI_CONFIG_PASSPHRASE"}
+    docs = DOCS.read_text()
+    assert sorted(name for name in read if f"`{name}`" not in docs) == []
+    # ... each as what GitHub keeps it as: a variable or a secret.
+    for name in read:
+        kind = "variable" if name in PREVIEW.VARIABLES else "secret"
+        assert re.search(rf"\| `{name}`[^|\n]*\| {kind} \|", docs), (name, kind)
+        assert f"vars.{name}" not in text or kind == "variable"
+        assert f"secrets.{name}" not in text or kind == "secret"
+
+
+def test_the_docs_have_the_section_the_previews_point_to_and_name_every_stack():
+    docs = DOCS.read_text()
+    assert '"Diffs against the deployed stacks"' in PREVIEW.HOW_TO_DIFF
+    assert "\n### Diffs against the deployed stacks\n" in docs
+    section = docs.split("\n### Previews", 1)[1].split("\n## ", 1)[0]
+    assert [stack for stack in STACKS if f"`{stack}`" not in section] == []
 
 
 def test_the_preview_has_git_a_pinned_helm_and_the_pinned_cli_before_the_program_runs():
@@ -429,6 +574,7 @@ def test_the_preview_goes_to_the_step_summary_with_its_exit_code(tmp_path, monke
     monkeypatch.setenv("RUNNER_TEMP", str(tmp_path))
     monkeypatch.setenv("PULUMI_BACKEND_URL", f"file://{tmp_path}/backend")
     monkeypatch.setenv("PULUMI_CONFIG_PASSPHRASE", "made-in-the-job")
+    monkeypatch.setenv("NOT_A_DIFF_BECAUSE", "a `schedule` run has no pull request to comment on.")
     assert PREVIEW.main(["gpu"]) == exit_code
     calls = (tmp_path / "calls").read_text().splitlines()
     assert calls[-1] == "preview --stack gpu --diff --color never --non-interactive"
@@ -436,6 +582,9 @@ def test_the_preview_goes_to_the_step_summary_with_its_exit_code(tmp_path, monke
     verdict = "planned" if exit_code == 0 else f"failed (exit {exit_code})"
     assert text.startswith(f"### `pulumi preview --stack gpu --diff`: {verdict}\n")
     assert "````text\nPreviewing update (gpu):\n  + 3 to create ```\n````\n" in text
+    # Said before the output: this is no diff, and why.
+    assert "\n**Not a diff.** " in text and "every resource shows as a create" in text
+    assert "No diff because a `schedule` run has no pull request to comment on.\n" in text
 
 
 def test_the_previews_refuse_a_backend_that_is_not_a_throwaway_file_one(monkeypatch):
@@ -446,6 +595,232 @@ def test_the_previews_refuse_a_backend_that_is_not_a_throwaway_file_one(monkeypa
 
 
 def test_a_long_preview_is_cut_to_what_a_step_summary_takes():
-    text = PREVIEW.summary("lab", 0, "x" * 2_000_000)
+    text = PREVIEW.summary("lab", 0, "x" * 2_000_000, "no backend.")
     assert len(text.encode()) < 1024 * 1024
     assert "the job log has the whole preview" in text
+
+
+def test_a_throwaway_preview_outside_the_workflow_says_how_to_get_a_diff(tmp_path, monkeypatch):
+    monkeypatch.delenv("NOT_A_DIFF_BECAUSE", raising=False)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "pulumi").write_text(FAKE_PULUMI)
+    (bin_dir / "pulumi").chmod(0o755)
+    for name, value in {
+        "PATH": f"{bin_dir}:/usr/bin:/bin",
+        "CALLS": str(tmp_path / "calls"),
+        "PREVIEW_EXIT": "0",
+        "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md"),
+        "RUNNER_TEMP": str(tmp_path),
+        "PULUMI_BACKEND_URL": f"file://{tmp_path}/backend",
+        "PULUMI_CONFIG_PASSPHRASE": "x",
+    }.items():
+        monkeypatch.setenv(name, value)
+    assert PREVIEW.main(["lab"]) == 0
+    assert PREVIEW.HOW_TO_DIFF in (tmp_path / "summary.md").read_text()
+
+
+# -- .github/scripts/preview_stack.py --mode -----------------------------------------------------
+
+SAME_REPOSITORY = {
+    "EVENT": "pull_request",
+    "HEAD_REPOSITORY": "team/kamaji-hami-lab",
+    "REPOSITORY": "team/kamaji-hami-lab",
+    "ACTOR": "alice",
+}
+
+
+def all_set(url: str) -> dict[str, str]:
+    scheme = url.split("://")[0]
+    names = PREVIEW.BACKEND_NEEDS[scheme]
+    return {
+        **SAME_REPOSITORY,
+        "PULUMI_BACKEND_URL": url,
+        "PREVIEW_DIFF_RUNNER": "lab-host",
+        **{f"SET_{name}": "true" for name in names},
+    }
+
+
+BACKENDS = [
+    "file:///home/lab/.pulumi-kamaji-hami-lab",
+    "s3://team-state/kamaji-hami-lab?region=eu-west-1",
+    "gs://team-state/kamaji-hami-lab",
+    "azblob://state/kamaji-hami-lab",
+    "https://api.pulumi.com",
+]
+
+
+def test_every_backend_scheme_is_one_the_docs_give_an_example_of():
+    assert sorted(url.split("://")[0] for url in BACKENDS) == sorted(PREVIEW.BACKEND_NEEDS)
+    docs = DOCS.read_text()
+    assert [s for s in PREVIEW.BACKEND_NEEDS if f"`{s}://" not in docs] == []
+
+
+@pytest.mark.upstream("pulumi-diy-bucket-credentials-from-env")
+@pytest.mark.parametrize("url", BACKENDS)
+def test_a_pull_request_of_the_repository_gets_diffs_when_its_backend_has_all_it_needs(url):
+    mode = PREVIEW.preview_mode(all_set(url))
+    assert mode.diff and not mode.failed
+    assert f"`{url}`" in mode.why and "`lab-host`" in mode.why
+
+
+@pytest.mark.parametrize("url", BACKENDS)
+def test_a_backend_missing_a_secret_or_variable_fails_naming_it(url):
+    for name in PREVIEW.BACKEND_NEEDS[url.split("://")[0]]:
+        env = all_set(url)
+        del env[f"SET_{name}"]
+        mode = PREVIEW.preview_mode(env)
+        assert mode.failed and not mode.diff
+        kind = "variable" if name in PREVIEW.VARIABLES else "secret"
+        assert f"the {kind} `{name}`" in mode.why
+
+
+def test_the_bucket_backends_need_the_passphrase_pulumi_cloud_its_token():
+    needs = PREVIEW.BACKEND_NEEDS
+    assert all("PULUMI_CONFIG_PASSPHRASE" in needs[s] for s in ("file", "s3", "gs", "azblob"))
+    assert needs["https"] == ("PULUMI_ACCESS_TOKEN",)
+
+
+def test_a_backend_without_a_runner_that_reaches_the_lab_fails_saying_why():
+    env = all_set("s3://team-state")
+    del env["PREVIEW_DIFF_RUNNER"]
+    mode = PREVIEW.preview_mode(env)
+    assert mode.failed and "`PREVIEW_DIFF_RUNNER`" in mode.why
+    assert "management cluster" in mode.why and "self-hosted runner" in mode.why
+
+
+def test_an_unknown_backend_fails():
+    mode = PREVIEW.preview_mode(all_set("s3://x") | {"PULUMI_BACKEND_URL": "ftp://x"})
+    assert mode.failed and "`ftp://x`" in mode.why
+
+
+def test_no_backend_means_throwaway_previews_and_how_to_set_one_up():
+    mode = PREVIEW.preview_mode(SAME_REPOSITORY)
+    assert not mode.diff and not mode.failed
+    assert "`PULUMI_BACKEND_URL` is not set" in mode.why and mode.hint == PREVIEW.HOW_TO_DIFF
+
+
+@pytest.mark.upstream("github-fork-pull-requests-get-no-secrets")
+def test_a_fork_gets_throwaway_previews_and_is_told_why_whatever_it_was_given():
+    """A fork's run sees no variable or secret: it cannot tell whether the repository has a
+    backend, so it says it comes from a fork, never that no backend is set."""
+    for given in ({}, {"PULUMI_BACKEND_URL": "", "SET_PULUMI_CONFIG_PASSPHRASE": "false"}):
+        env = SAME_REPOSITORY | {"HEAD_REPOSITORY": "someone/kamaji-hami-lab", **given}
+        mode = PREVIEW.preview_mode(env)
+        assert not mode.diff and not mode.failed
+        assert "fork `someone/kamaji-hami-lab`" in mode.why
+        assert "PULUMI_BACKEND_URL" not in mode.note
+
+
+@pytest.mark.upstream("github-fork-pull-requests-get-no-secrets")
+def test_dependabot_is_a_fork_and_so_is_a_pull_request_whose_fork_is_gone():
+    dependabot = PREVIEW.preview_mode(all_set("s3://x") | {"ACTOR": "dependabot[bot]"})
+    assert not dependabot.diff and not dependabot.failed and "Dependabot" in dependabot.why
+    gone = PREVIEW.preview_mode(all_set("s3://x") | {"HEAD_REPOSITORY": ""})
+    assert not gone.diff and not gone.failed and "fork `deleted`" in gone.why
+
+
+def test_the_nightly_run_has_throwaway_previews():
+    mode = PREVIEW.preview_mode(all_set("s3://x") | {"EVENT": "schedule"})
+    assert not mode.diff and not mode.failed and "`schedule`" in mode.why
+
+
+def run_mode(tmp_path, monkeypatch, env: dict[str, str], capsys) -> tuple[int, dict, str, str]:
+    for name in list(os.environ):
+        if name.startswith("SET_") or name in {"PULUMI_BACKEND_URL", "PREVIEW_DIFF_RUNNER"}:
+            monkeypatch.delenv(name)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("GITHUB_OUTPUT", str(tmp_path / "output"))
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(tmp_path / "summary.md"))
+    code = PREVIEW.main(["--mode"])
+    outputs = dict(line.split("=", 1) for line in (tmp_path / "output").read_text().splitlines())
+    return code, outputs, (tmp_path / "summary.md").read_text(), capsys.readouterr().out
+
+
+def test_the_mode_step_hands_on_its_verdict_and_says_it_in_the_summary(
+    tmp_path, monkeypatch, capsys
+):
+    code, outputs, summary, log = run_mode(tmp_path, monkeypatch, all_set("gs://x"), capsys)
+    assert code == 0 and outputs["diff"] == "true"
+    assert summary.startswith("### Previews: diffs against the deployed stacks\n")
+    assert "one per stack, updated on each push" in summary and log == ""
+
+
+def test_a_fork_passes_with_a_note_in_the_summary_and_a_notice(tmp_path, monkeypatch, capsys):
+    fork = SAME_REPOSITORY | {"HEAD_REPOSITORY": "someone/kamaji-hami-lab"}
+    code, outputs, summary, log = run_mode(tmp_path, monkeypatch, fork, capsys)
+    assert code == 0 and outputs["diff"] == "false"
+    assert outputs["why"].startswith("this pull request comes from the fork")
+    assert summary.startswith("### Previews: throwaway, not diffs\n")
+    assert "every resource shows as a create" in summary
+    assert log.startswith("::notice title=No diff previews::this pull request comes from")
+
+
+def test_an_unusable_backend_fails_the_step_with_an_error(tmp_path, monkeypatch, capsys):
+    env = all_set("s3://x") | {"SET_AWS_SECRET_ACCESS_KEY": "false"}
+    code, outputs, summary, log = run_mode(tmp_path, monkeypatch, env, capsys)
+    assert code == 1 and outputs["diff"] == "false"
+    assert summary.startswith("### Previews: the backend cannot be used\n")
+    assert log.startswith("::error title=Diff previews::the backend `s3://x` also needs")
+    assert "`AWS_SECRET_ACCESS_KEY`" in log
+
+
+def test_a_step_output_stays_on_one_line():
+    mode = PREVIEW.Mode(False, "a\nb", "c")
+    assert PREVIEW.annotation("notice", "t", mode.note) == "::notice title=t::a%0Ab. c"
+
+
+# -- .github/scripts/preview_stack.py --deployed -------------------------------------------------
+
+FAKE_STACK_LS = """#!/bin/sh
+printf '%s\\n' "$*" >> "$CALLS"
+[ "$1 $2 $3" = "stack ls --json" ] || exit 2
+echo 'warning: a line on stderr' >&2
+[ -n "$LS_FAILS" ] && { echo 'error: could not read the bucket' >&2; exit 255; }
+echo '[{"name": "lab", "current": false}, {"name": "organization/kamaji-hami-lab/dra"}]'
+"""
+
+
+def run_deployed(tmp_path, monkeypatch, stack: str, fails: bool = False) -> tuple[int, dict, str]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for tool, body in (("pulumi", FAKE_STACK_LS), ("helm", "#!/bin/sh\n"), ("git", "#!/bin/sh\n")):
+        (bin_dir / tool).write_text(body)
+        (bin_dir / tool).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    monkeypatch.setenv("CALLS", str(tmp_path / "calls"))
+    monkeypatch.setenv("GITHUB_OUTPUT", str(tmp_path / "output"))
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(tmp_path / "summary.md"))
+    if fails:
+        monkeypatch.setenv("LS_FAILS", "1")
+    code = PREVIEW.main(["--deployed", stack])
+    outputs = dict(line.split("=", 1) for line in (tmp_path / "output").read_text().splitlines())
+    summary = tmp_path / "summary.md"
+    return code, outputs, summary.read_text() if summary.exists() else ""
+
+
+@pytest.mark.parametrize("stack", ["lab", "dra"])
+def test_a_stack_in_the_backend_is_diffed(tmp_path, monkeypatch, stack):
+    code, outputs, summary = run_deployed(tmp_path, monkeypatch, stack)
+    assert (code, outputs, summary) == (0, {"deployed": "true"}, "")
+    assert (tmp_path / "calls").read_text() == "stack ls --json --non-interactive\n"
+
+
+def test_a_stack_not_in_the_backend_is_skipped_with_a_note(tmp_path, monkeypatch, capsys):
+    code, outputs, summary = run_deployed(tmp_path, monkeypatch, "gpu")
+    assert (code, outputs) == (0, {"deployed": "false"})
+    assert summary.startswith("### `gpu`: not deployed, no diff\n")
+    assert "(it holds: `dra`, `lab`)" in summary and "`make up STACK=gpu`" in summary
+    assert capsys.readouterr().out.startswith("::notice title=No diff for gpu::")
+
+
+def test_a_backend_that_cannot_be_read_fails_the_step(tmp_path, monkeypatch):
+    with pytest.raises(SystemExit, match="check the backend's credentials"):
+        run_deployed(tmp_path, monkeypatch, "lab", fails=True)
+
+
+def test_a_runner_without_the_lab_hosts_tools_fails_naming_them(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(SystemExit, match="missing on the runner: pulumi, helm, git"):
+        PREVIEW.main(["--deployed", "lab"])

@@ -1,11 +1,29 @@
-"""Preview one stack on a throwaway local backend, the preview's output in the job summary.
+"""The pull-request previews (docs/workflows.md): which kind this run can have, then each stack's.
 
+    python3 .github/scripts/preview_stack.py --mode
+    .venv/bin/python .github/scripts/preview_stack.py --deployed STACK
     .venv/bin/python .github/scripts/preview_stack.py STACK
 
-Run by .github/workflows/pull-request.yml with PULUMI_BACKEND_URL (file://, a fresh directory)
-and PULUMI_CONFIG_PASSPHRASE (made up in the job) set, and `pulumi` on PATH. No secret of the
-repository is needed, so a pull request from a fork gets its previews too. The stacks that
-need what a user would have set get stand-ins, as the real tier gives them
+Run by .github/workflows/pull-request.yml.
+
+`--mode` (job `preview-mode`) decides whether this run's previews can be diffs against the
+deployed stacks: a pull request from this repository, the repository variable
+PULUMI_BACKEND_URL naming the stacks' backend, PREVIEW_DIFF_RUNNER naming a runner that reaches
+the lab, and the variables and secrets the backend needs set. It is handed the secrets only as
+set or not set (SET_<NAME>=true|false). Its step outputs are `diff` (true|false) and `why`; a
+run that cannot have a diff (a fork, Dependabot, no backend, the nightly run) says why in the
+job summary and a notice, and still passes. A backend named but not usable (an unknown scheme,
+no runner, a secret missing on a pull request that would get it) fails the step.
+
+`--deployed STACK` (job `preview-diff`, before pulumi/actions comments the diff) says whether the
+backend holds STACK: one never brought up there has nothing to diff against, and is skipped
+with a note rather than created.
+
+`STACK` (job `preview`) previews one stack on a throwaway local backend, the preview's output in
+the job summary, headed by why it is not a diff. It runs with PULUMI_BACKEND_URL (file://, a
+fresh directory) and PULUMI_CONFIG_PASSPHRASE (made up in the job) set, and `pulumi` on PATH. No
+secret of the repository is needed, so a pull request from a fork gets its previews too. The
+stacks that need what a user would have set get stand-ins, as the real tier gives them
 (tests/real/pulumi_workspace.py):
 
 - gpu: its two secrets, set with `pulumi config set --secret` as Pulumi.gpu.yaml says;
@@ -20,9 +38,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
@@ -32,6 +52,186 @@ ON_THE_LAB = ("nvml", "dra")  # the stacks whose tenants run on the lab stack's 
 # What one step may add to $GITHUB_STEP_SUMMARY is 1 MiB: the rest stays in the log.
 SUMMARY_LIMIT = 900_000
 FENCE = "````"
+
+# What the backend of the deployed stacks needs besides its URL (the repository variable
+# PULUMI_BACKEND_URL), by the URL's scheme: a bucket's credentials as Pulumi and gocloud.dev read
+# them from the environment, and the passphrase of the stacks a bucket or a directory keeps (the
+# default secrets provider there); Pulumi Cloud needs its token and keeps the stacks' secrets.
+# file:// is a directory on the runner: the lab host's own state, read by a runner on that host.
+BACKEND_NEEDS: dict[str, tuple[str, ...]] = {
+    "file": ("PULUMI_CONFIG_PASSPHRASE",),
+    "s3": ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "PULUMI_CONFIG_PASSPHRASE"),
+    "gs": ("GOOGLE_CREDENTIALS", "PULUMI_CONFIG_PASSPHRASE"),
+    "azblob": ("AZURE_STORAGE_ACCOUNT", "AZURE_STORAGE_KEY", "PULUMI_CONFIG_PASSPHRASE"),
+    "https": ("PULUMI_ACCESS_TOKEN",),
+}
+# Where the diffs run: a preview of a deployed stack reads each tenant's admin kubeconfig from
+# the management cluster (components/tenant/control_plane.py, Secret.get), and fails where that
+# cluster does not answer: "failed to read resource state due to unreachable cluster". A
+# GitHub-hosted runner reaches no lab on a user's host; a self-hosted runner there does.
+RUNNER = "PREVIEW_DIFF_RUNNER"
+# The repository variables (plain text) the previews read; every other name is a secret.
+VARIABLES = ("PULUMI_BACKEND_URL", RUNNER, "AWS_REGION", "AZURE_STORAGE_ACCOUNT")
+HOW_TO_DIFF = (
+    "For a diff against the deployed stacks, commented on each pull request, set the repository "
+    "variables `PULUMI_BACKEND_URL` and `PREVIEW_DIFF_RUNNER` and the secrets the backend needs "
+    '(docs/workflows.md, "Diffs against the deployed stacks").'
+)
+
+
+@dataclass(frozen=True)
+class Mode:
+    """What this run's previews can be: `diff` against the deployed stacks or not, and why."""
+
+    diff: bool
+    why: str
+    hint: str = ""  # what would give a diff
+    failed: bool = False  # a backend is named but cannot be used: the run must say so and stop
+
+    @property
+    def note(self) -> str:
+        return f"{self.why}. {self.hint}".strip()
+
+
+def kind(name: str) -> str:
+    return "variable" if name in VARIABLES else "secret"
+
+
+def preview_mode(env: Mapping[str, str]) -> Mode:
+    """From the run's event, the pull request's head and the names set (SET_<NAME>=true)."""
+    event = env.get("EVENT", "")
+    if event != "pull_request":
+        return Mode(False, f"a `{event}` run has no pull request to comment on")
+    by_a_maintainer = "A maintainer gets the diffs by pushing the branch to this repository."
+    head, repository = env.get("HEAD_REPOSITORY", ""), env.get("REPOSITORY", "")
+    if head != repository:
+        return Mode(
+            False,
+            f"this pull request comes from the fork `{head or 'deleted'}`: GitHub gives a "
+            "fork's run neither the repository's variables and secrets nor a token that may "
+            "comment",
+            by_a_maintainer,
+        )
+    if env.get("ACTOR") == "dependabot[bot]":
+        return Mode(
+            False,
+            "Dependabot's pull requests run as a fork's do: without the repository's variables "
+            "and secrets, with a read-only token",
+            by_a_maintainer,
+        )
+    url = env.get("PULUMI_BACKEND_URL", "")
+    if not url:
+        return Mode(False, "the repository variable `PULUMI_BACKEND_URL` is not set", HOW_TO_DIFF)
+    scheme = url.split("://", 1)[0] if "://" in url else ""
+    if scheme not in BACKEND_NEEDS:
+        return Mode(
+            False,
+            f"`PULUMI_BACKEND_URL` is `{url}`, not a backend the CLI opens: use file://, "
+            "s3://, gs://, azblob:// or https:// (Pulumi Cloud)",
+            HOW_TO_DIFF,
+            failed=True,
+        )
+    if not env.get(RUNNER):
+        return Mode(
+            False,
+            f"the variable `{RUNNER}` is not set: a preview of a deployed stack reads each "
+            "tenant's admin kubeconfig from the management cluster, so it runs on a runner that "
+            "reaches the lab (a self-hosted runner on the lab host), never on GitHub's",
+            HOW_TO_DIFF,
+            failed=True,
+        )
+    missing = [name for name in BACKEND_NEEDS[scheme] if env.get(f"SET_{name}") != "true"]
+    if missing:
+        named = ", ".join(f"the {kind(name)} `{name}`" for name in missing)
+        return Mode(False, f"the backend `{url}` also needs {named}", HOW_TO_DIFF, failed=True)
+    return Mode(True, f"its state in `{url}`, on the runner `{env[RUNNER]}`")
+
+
+def mode_summary(mode: Mode) -> str:
+    if mode.diff:
+        return (
+            "### Previews: diffs against the deployed stacks\n\n"
+            f"Each stack is previewed against {mode.why}; its diff is a comment on this pull "
+            "request, one per stack, updated on each push. A stack not brought up there is "
+            "skipped with a note.\n"
+        )
+    if mode.failed:
+        return f"### Previews: the backend cannot be used\n\n{mode.note}\n"
+    return (
+        "### Previews: throwaway, not diffs\n\n"
+        f"No diff against the deployed stacks on this run: {mode.why}. Each stack is previewed "
+        "on an empty throwaway backend instead, where every resource shows as a create. "
+        f"{mode.hint}".rstrip()
+        + "\n"
+    )
+
+
+def annotation(level: str, title: str, message: str) -> str:
+    """A workflow command: the message shows on the run's page and the pull request's checks."""
+    escaped = message.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    return f"::{level} title={title}::{escaped}"
+
+
+def append(variable: str, text: str) -> None:
+    """Appends to the file GitHub names in `variable` ($GITHUB_STEP_SUMMARY, $GITHUB_OUTPUT)."""
+    path = os.environ.get(variable)
+    if path:
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write(text)
+
+
+def run_mode() -> int:
+    mode = preview_mode(os.environ)
+    # One line: a step output's `name=value` ends at the line's end.
+    why = " ".join(mode.note.split())
+    append("GITHUB_OUTPUT", f"diff={str(mode.diff).lower()}\nwhy={why}\n")
+    append("GITHUB_STEP_SUMMARY", mode_summary(mode))
+    if mode.failed:
+        print(annotation("error", "Diff previews", mode.note))
+        return 1
+    if not mode.diff:
+        print(annotation("notice", "No diff previews", f"{mode.why}; throwaway previews instead"))
+    return 0
+
+
+def stack_names(listing: str) -> set[str]:
+    """The stacks of `pulumi stack ls --json`, without their organization and project."""
+    return {entry["name"].rsplit("/", 1)[-1] for entry in json.loads(listing)}
+
+
+def run_deployed(stack: str) -> int:
+    missing = [tool for tool in ("pulumi", "helm", "git") if shutil.which(tool) is None]
+    if missing:
+        raise SystemExit(
+            f"missing on the runner: {', '.join(missing)}. The diff previews run on the lab "
+            "host's tools, those `make up` needs (README)."
+        )
+    listing = subprocess.run(
+        ["pulumi", "stack", "ls", "--json", "--non-interactive"],
+        cwd=PROJECT_DIR,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+    )
+    if listing.returncode != 0:
+        print(listing.stderr, file=sys.stderr)
+        raise SystemExit(
+            f"pulumi stack ls failed ({listing.returncode}): check the backend's credentials"
+        )
+    names = stack_names(listing.stdout)
+    deployed = stack in names
+    append("GITHUB_OUTPUT", f"deployed={str(deployed).lower()}\n")
+    if not deployed:
+        held = ", ".join(f"`{name}`" for name in sorted(names)) or "none"
+        why = f"the backend holds no stack `{stack}` (it holds: {held})"
+        append(
+            "GITHUB_STEP_SUMMARY",
+            f"### `{stack}`: not deployed, no diff\n\nThe backend holds no stack "
+            f"`{stack}` (it holds: {held}), so there is nothing to diff against and no comment "
+            f"for it. `make up STACK={stack}` with `PULUMI_BACKEND_URL` set brings it up there.\n",
+        )
+        print(annotation("notice", f"No diff for {stack}", why))
+    return 0
 
 
 def fake_kubeconfig() -> str:
@@ -81,14 +281,16 @@ def preview_args(stack: str) -> list[str]:
     return ["preview", "--stack", stack, "--diff", "--color", "never"]
 
 
-def summary(stack: str, returncode: int, output: str) -> str:
+def summary(stack: str, returncode: int, output: str, why: str) -> str:
     verdict = "planned" if returncode == 0 else f"failed (exit {returncode})"
     if len(output) > SUMMARY_LIMIT:
         output = output[:SUMMARY_LIMIT] + "\n... (cut here: the job log has the whole preview)"
     # A fence longer than any backtick run Pulumi prints.
     return (
         f"### `pulumi preview --stack {stack} --diff`: {verdict}\n\n"
-        f"Throwaway local backend, stand-in secrets and state (fork pull requests too).\n\n"
+        "**Not a diff.** This preview ran on an empty throwaway backend with stand-in secrets "
+        "and state, so every resource shows as a create: it shows that the stack previews from "
+        f"scratch, not what this change changes in the deployed stack. No diff because {why}\n\n"
         f"<details open><summary>output</summary>\n\n{FENCE}text\n{output.rstrip()}\n{FENCE}\n\n"
         "</details>\n"
     )
@@ -117,8 +319,13 @@ def pulumi(args: Sequence[str], stdin: str | None = None) -> tuple[int, str]:
 
 
 def main(argv: Sequence[str]) -> int:
+    usage = f"usage: preview_stack.py --mode | --deployed STACK | STACK  ({'|'.join(STACKS)})"
+    if list(argv) == ["--mode"]:
+        return run_mode()
+    if len(argv) == 2 and argv[0] == "--deployed" and argv[1] in STACKS:
+        return run_deployed(argv[1])
     if len(argv) != 1 or argv[0] not in STACKS:
-        raise SystemExit(f"usage: preview_stack.py {{{'|'.join(STACKS)}}}")
+        raise SystemExit(usage)
     stack = argv[0]
     for variable in ("PULUMI_BACKEND_URL", "PULUMI_CONFIG_PASSPHRASE"):
         if not os.environ.get(variable):
@@ -131,10 +338,8 @@ def main(argv: Sequence[str]) -> int:
         if returncode != 0:
             raise SystemExit(f"pulumi {' '.join(args)} failed ({returncode})")
     returncode, output = pulumi(preview_args(stack))
-    summary_file = os.environ.get("GITHUB_STEP_SUMMARY")
-    if summary_file:
-        with open(summary_file, "a", encoding="utf-8") as handle:
-            handle.write(summary(stack, returncode, output))
+    why = os.environ.get("NOT_A_DIFF_BECAUSE") or f"this run knows no backend. {HOW_TO_DIFF}"
+    append("GITHUB_STEP_SUMMARY", summary(stack, returncode, output, why))
     return returncode
 
 
