@@ -5,10 +5,14 @@ bind`, `nodeCacheCapable: true`, the config HAMi's chart renders: ``scheduler_co
 does, and in which order, follows HAMi v2.10.0's source:
 
 - Filter (pkg/scheduler/scheduler.go:1067-1154): forget the pod's earlier allocation
-  (``TakeAndDeletePod``), fit it on a card of a registered node, count it at once
-  (``podManager.AddPod``), then one merge patch of the pod with the allocation annotations
-  (test_agent_real.HamiScheduler.filter); answer that node only. No node lock here. The card
-  is chosen as labcheck models HAMi's fit and spread score (labcheck.hami.CardState).
+  (``TakeAndDeletePod``), fit every app container in turn on the cards of a registered node
+  (``fit_pod``: each container's ``nvidia.com/gpu`` cards, MB or percentage, cores, read as
+  ``GenerateResourceRequests`` reads them; the cards ordered by the spread policy and checked
+  as HAMi's NVIDIA ``Fit`` checks them, with its reason texts), count it at once
+  (``podManager.AddPod``), then one merge patch of the pod with the allocation annotations,
+  one ``;``-terminated slot per container that asked for cards
+  (test_agent_real.HamiScheduler.patch_allocation);
+  answer that node only. No node lock here. Events as HAMi words them.
 - Bind (:998-1065): ``acquireNodeLocks``; a pod that is not a PodGroup member (label
   ``scheduling.x-k8s.io/pod-group``, pkg/util/util.go:392) tries the lock once, a member retries
   every 100 ms for ``--node-lock-retry-timeout`` (:972-996). ``LockNode`` / ``SetNodeLock``
@@ -27,17 +31,21 @@ does, and in which order, follows HAMi v2.10.0's source:
 - Which nodes HAMi knows (``NodeRegistry``): it reads registrations when its node informer
   reports a node added or deleted, and on a 15 s ticker from its start, never on an update
   (pkg/scheduler/scheduler.go:372, :258-260, :410-440); a node it has not read fails Filter
-  with ``node unregistered`` (:850-851); a deleted node is forgotten (``onDelNode``).
+  with ``node unregistered`` (:850-851); a deleted node is forgotten (``onDelNode``). Each pass
+  writes HAMi's handshake annotations on a node that lacks them.
 
-Where it differs: Python answers each call in about a millisecond more than Go does; HAMi's
-informers (its pod and node listers) are not modelled: Filter and Bind read the pod from what
-kube-scheduler sent, and the node's registration once at start.
+Where it differs from HAMi (compared with it on the same pods: docs/hami-stand-in.md): Python
+answers each call in about a millisecond more than Go does; HAMi's informers (its pod and node
+listers) are not modelled: Filter and Bind read the pod from what kube-scheduler sent, and the
+node's registration once at start; one node, the spread policy; no GPU quota, init containers,
+card type or UUID selection, NUMA, MIG or health verdicts.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import datetime
 import http.client
 import io
 import json
@@ -89,7 +97,23 @@ MANAGED = (
     "nvidia.com/gpumem-percentage",
     "nvidia.com/priority",
 )
+GPU_RESOURCE = "nvidia.com/gpu"
+MEM_RESOURCE = "nvidia.com/gpumem"
+CORES_RESOURCE = "nvidia.com/gpucores"
 MEM_PERCENT = "nvidia.com/gpumem-percentage"
+PCT_UNSET = 101  # GenerateResourceRequests' "no percentage asked"
+# The node handshake annotation of each device vendor HAMi v2.10.0 initializes with the chart's
+# device config and whose ``CheckHealth`` writes one (``util.HandshakeAnnos``): NVIDIA
+# (pkg/device/nvidia/device.go:41), Hygon DCU (hygon/device.go:39), Kunlun XPU
+# (kunlun/vdevice.go:39), Vastai (vastai/device.go:39), Biren (biren/device.go:37). Ascend and
+# Iluvatar, which would add theirs, are off (--enable-ascend, --enable-iluvatar: false).
+HANDSHAKES = (
+    "hami.io/node-handshake",
+    "hami.io/node-handshake-dcu",
+    "hami.io/node-handshake-xpu",
+    "hami.io/node-handshake-va",
+    "hami.io/node-handshake-biren",
+)
 
 
 class Contention(Exception):
@@ -246,21 +270,133 @@ class BindRecord:
     contended: int = 0  # Bind calls that met a held lock and failed
 
 
-def _request(pod: dict) -> tuple[int, int, int | None] | None:
-    """(MB, cores %, memory % of a card or None) of a one-GPU pod, or None when it asks for no
-    HAMi resource."""
-    limits = pod["spec"]["containers"][0].get("resources", {}).get("limits", {})
-    if "nvidia.com/gpu" not in limits:
+@dataclasses.dataclass(frozen=True)
+class CardRequest:
+    """One container's NVIDIA request, HAMi's ``ContainerDeviceRequest`` (pkg/device/nvidia/
+    device.go:520-600 ``GenerateResourceRequests``): cards, MB, percentage of a card (101:
+    none), cores."""
+
+    nums: int
+    mem: int
+    pct: int
+    cores: int
+
+
+@dataclasses.dataclass
+class Grant:
+    """One card given to one container: HAMi's ``ContainerDevice``."""
+
+    card: CardState
+    mem: int
+    cores: int
+
+
+def container_request(container: dict) -> CardRequest | None:
+    """What HAMi asks of a card for ``container``, or None when it asks for no card. Each
+    resource is read from limits, else requests; a percentage above 100 is 100, one not above
+    0 is none; with neither MB nor a percentage the container gets 100 % of a card (the chart's
+    device config: defaultMemory 0, defaultCores 0, charts/hami/templates/scheduler/
+    device-configmap.yaml:23-24)."""
+    resources = container.get("resources") or {}
+    limits, requests = resources.get("limits") or {}, resources.get("requests") or {}
+
+    def value(name: str) -> int | None:
+        raw = limits.get(name, requests.get(name))
+        return None if raw is None else quantity(str(raw))
+
+    nums = value(GPU_RESOURCE) or 0
+    if nums <= 0:
         return None
-    mem, cores = limits.get("nvidia.com/gpumem", "0"), limits.get("nvidia.com/gpucores", "0")
-    pct = quantity(limits[MEM_PERCENT]) if MEM_PERCENT in limits else None
-    return quantity(mem), quantity(cores), pct
+    mem = value(MEM_RESOURCE) or 0
+    pct = value(MEM_PERCENT)
+    pct = PCT_UNSET if pct is None or pct <= 0 else min(pct, 100)
+    if pct == PCT_UNSET and mem == 0:
+        pct = 100
+    return CardRequest(nums, mem, pct, value(CORES_RESOURCE) or 0)
 
 
-def _card_mem(card: CardState, mem: int, pct: int | None) -> int:
-    """What a card gives a pod: its MB, or `Totalmem * pct / 100` for a percentage of the card
-    (pkg/device/nvidia/device.go:780-783)."""
-    return card.devmem * pct // 100 if pct is not None and not mem else mem
+def pod_requests(pod: dict) -> list[CardRequest | None]:
+    """One entry per app container, in order (``device.Resourcereqs``, pkg/device/devices.go:
+    639-690); init containers are not modelled."""
+    return [container_request(c) for c in pod["spec"].get("containers") or []]
+
+
+def fit(cards: list[CardState], order: list[CardState], k: CardRequest) -> list[Grant] | str:
+    """HAMi's NVIDIA ``Fit`` for one container on one node (pkg/device/nvidia/device.go:714-
+    875, after ``fitInDevices``, pkg/scheduler/score.go): the cards whose checks pass, taken
+    from the end of ``order`` (sorted here in place, as HAMi sorts its copy of the node's cards)
+    until ``k.nums`` are found; else the reason text, ``<count>/<cards> <Reason>`` per reason."""
+    if k.nums > len(cards):
+        return "NodeInsufficientDevice"  # pkg/scheduler/score.go:99-102
+    # The tenant's gpu policy, spread: the highest score first, so the least used card is
+    # taken first; Go's sort of up to 12 cards is an insertion sort, so ties keep the order
+    # they had (at first the registration's: the last card registered is taken first).
+    order.sort(key=CardState.score, reverse=True)
+    cores = min(k.cores, 100)
+    reasons: Counter[str] = Counter()
+    grants: list[Grant] = []
+    for card in reversed(order):
+        mem = k.mem if k.mem > 0 else card.devmem * k.pct // 100 if k.pct != PCT_UNSET else 0
+        if card.count <= card.used:
+            reasons["CardTimeSlicingExhausted"] += 1
+        elif card.devmem - card.usedmem < mem:
+            reasons["CardInsufficientMemory"] += 1
+        elif card.devcore - card.usedcores < cores:
+            reasons["CardInsufficientCore"] += 1
+        elif card.devcore == 100 and cores == 100 and card.used > 0:
+            reasons["ExclusiveDeviceAllocateConflict"] += 1
+        elif card.devcore and card.usedcores == card.devcore and cores == 0:
+            reasons["CardComputeUnitsExhausted"] += 1
+        else:
+            grants.append(Grant(card, mem, cores))
+            if len(grants) == k.nums:
+                return grants
+    if grants:
+        reasons["AllocatedCardsInsufficientRequest"] = len(grants)
+    return ", ".join(sorted(f"{n}/{len(cards)} {r}" for r, n in reasons.items()))
+
+
+def fit_pod(cards: list[CardState], requests: list[CardRequest | None]) -> list[list[Grant]] | str:
+    """Every container fitted in turn on the node's cards, each seeing the ones before it
+    (``allocateAppContainers``, pkg/scheduler/score.go): the grants per container (none for a
+    container that asks no card), or the first failing container's reason. The cards are
+    charged only when the pod fits."""
+    order = list(cards)  # buildNodeUsage: the registration's order, anew for every Filter
+    taken: list[list[Grant]] = []
+    for k in requests:
+        grants = fit(cards, order, k) if k is not None else []
+        if isinstance(grants, str):
+            for grant in (g for container in taken for g in container):
+                _charge(grant, sign=-1)
+            return grants
+        for grant in grants:
+            _charge(grant)
+        taken.append(grants)
+    return taken
+
+
+def devices_annotation(taken: list[list[Grant]]) -> str:
+    """``EncodePodSingleDevice`` (pkg/device/devices.go:451-484): ``UUID,NVIDIA,MB,cores:`` per
+    card, ``;`` after each container that asked for cards. A container that asks none gets no
+    slot: ``allocateAppContainers`` files its empty entry under the cards' registered type
+    (``NVIDIA L4``), not under ``NVIDIA`` which is encoded (pkg/scheduler/score.go:71-79,
+    fact ``hami-v2.10-annotation-skips-containers-without-cards``)."""
+    return "".join(
+        "".join(f"{g.card.id},NVIDIA,{g.mem},{g.cores}:" for g in grants) + ";"
+        for grants in taken
+        if grants
+    )
+
+
+def node_score(cards: list[CardState]) -> float:
+    """``NodeScore.ComputeDefaultScore`` (pkg/scheduler/policy/node_policy.go:105-130): the
+    node's use before the pod, as in FilteringSucceed's message."""
+
+    def total(field: str) -> int:
+        return sum(getattr(c, field) for c in cards)
+
+    used = total("used") / total("count") + total("usedcores") / total("devcore")
+    return 10 * (used + total("usedmem") / total("devmem"))
 
 
 # The API server stores a quantity canonically: a limit of 30000 comes back as "30k".
@@ -290,8 +426,8 @@ class HamiExtender:
         self.cards = [
             CardState(c["id"], c["type"], c["devmem"], c["devcore"], c["count"]) for c in cards
         ]
-        self.registry = NodeRegistry(api, node)
-        self.allocations: dict[str, tuple[CardState, int, int]] = {}  # pod uid -> what it holds
+        self.registry = NodeRegistry(api, node, self.api)
+        self.allocations: dict[str, list[Grant]] = {}  # pod uid -> the cards it holds
         self.pods: dict[str, dict] = {}  # "ns/name" -> the pod as Filter saw it (the lister)
         self.records: dict[str, BindRecord] = {}
         self.mutex = threading.Lock()  # HAMi's podManager lock
@@ -336,38 +472,38 @@ class HamiExtender:
     def filter(self, args: dict) -> dict:
         pod = args["Pod"]
         names = args.get("NodeNames") or []
-        wanted = _request(pod)
-        if wanted is None:
+        requests = pod_requests(pod)
+        if not any(requests):
             return {"NodeNames": names}
         meta = pod["metadata"]
         key = f"{meta['namespace']}/{meta['name']}"
-        asked, cores, pct = wanted
         with self.mutex:
-            held = self.allocations.pop(meta["uid"], None)  # TakeAndDeletePod
-            if held:
-                _charge(*held, sign=-1)
+            for grant in self.allocations.pop(meta["uid"], []):  # TakeAndDeletePod
+                _charge(grant, sign=-1)
             known = self.node in names and self.registry.registered()
             failed = {n: "node unregistered" for n in names if n != self.node or not known}
-            fitting = (
-                [c for c in self.cards if c.fits(_card_mem(c, asked, pct), cores)] if known else []
-            )
-            if known and not fitting:
-                failed[self.node] = "CardInsufficientMemory"
-            if fitting:
-                card = min(fitting, key=CardState.score)  # the tenant's gpu policy: spread
-                mem = _card_mem(card, asked, pct)
-                _charge(card, mem, cores)
-                self.allocations[meta["uid"]] = (card, mem, cores)
+            score = node_score(self.cards)
+            taken = fit_pod(self.cards, requests) if known else "node unregistered"
+            if isinstance(taken, str):
+                if known:
+                    failed[self.node] = taken
+            else:
+                self.allocations[meta["uid"]] = [g for grants in taken for g in grants]
                 self.pods[key] = pod
                 self.records.setdefault(key, BindRecord())
-        if not fitting:  # FilteringFailed (scheduler.go:1106-1111), through the same client
+        if isinstance(taken, str):  # through the same client: scheduler.go:1106-1111, score.go
+            if known:  # recordFilteringFailures: one event per reason the text parses to
+                parsed = {part.split(" ", 1)[1] for part in taken.split(", ") if "/" in part}
+                for reason in sorted(parsed):
+                    self.events.record(pod, "FilteringFailed", f"1 nodes {reason}({self.node})")
             message = f"no available node, {len(names)} nodes do not meet"
             self.events.record(pod, "FilteringFailed", message)
             return {"FailedNodes": failed}
-        HamiScheduler(self.api, self.node).filter(
-            meta["name"], card.id, mem, cores, meta["namespace"]
+        HamiScheduler(self.api, self.node).patch_allocation(
+            meta["name"], devices_annotation(taken), meta["namespace"]
         )
-        self.events.record(pod, "FilteringSucceed", f"Successfully filtered to {self.node}")
+        fitted = f"find fit node({self.node}), {len(names) - 1} nodes not fit, 1 nodes fit"
+        self.events.record(pod, "FilteringSucceed", f"{fitted}({self.node}:{score:.2f})")
         return {"NodeNames": [self.node]}
 
     # -- Bind ----------------------------------------------------------------------------------
@@ -403,7 +539,7 @@ class HamiExtender:
             return {"Error": f"bind {key}: {exc}"}
         with self.mutex:
             self.records.setdefault(key, BindRecord()).placed_at = time.monotonic()
-        self.events.record(pod, "BindingSucceed", f"Successfully binding node [{node}]")
+        self.events.record(pod, "BindingSucceed", f"Successfully binding node [{node}] to {key}")
         return {}
 
     def acquire_lock(self, pod: dict) -> None:
@@ -505,12 +641,23 @@ class NodeRegistry:
     on every node add or delete its informer reports and on a 15 s ticker (HAMi v2.10.0
     pkg/scheduler/scheduler.go:372 AddFunc/DeleteFunc -> doNodeNotify, :410-440 the ticker,
     :443-555 ``register``: a node whose annotation decodes is added). A delete forgets the node
-    at once (``onDelNode``). ``restart_ticker`` starts the ticker anew, as a restarted HAMi's."""
+    at once (``onDelNode``). ``restart_ticker`` starts the ticker anew, as a restarted HAMi's.
+
+    Each pass first checks the node's health per device vendor (``CheckHealth``, pkg/device/
+    devices.go:576-612): a handshake annotation that does not hold ``Requesting`` is written,
+    a GET of the node and a merge patch of ``Requesting_<time>`` through HAMi's one client
+    (``client``), for each of the vendors the chart's device config enables that have one
+    (``HANDSHAKES``). So the node's add writes all of them and later passes none, while the
+    handshake stays (fact ``hami-v2.10-handshake-on-node-add``). HAMi's health verdict on a
+    handshake older than 60 s (the node dropped when its allocatable ``nvidia.com/gpu`` is 0)
+    is not modelled."""
 
     TICK_SECONDS = 15.0
 
-    def __init__(self, api: Rest, node: str) -> None:
+    def __init__(self, api: Rest, node: str, client: HamiClient | None = None) -> None:
         self.api, self.node = api, node
+        self.client = client  # HAMi's one client, for the handshake's writes
+        self.handshakes = 0  # handshake annotations written
         self.lock = threading.Condition()
         self.latest: dict | None = None  # the node as the informer last saw it
         self.known = False
@@ -518,7 +665,7 @@ class NodeRegistry:
         self.stopped = threading.Event()
         listed = api.call("GET", f"/api/v1/nodes?fieldSelector=metadata.name%3D{node}")
         self.latest = (listed.get("items") or [None])[0]
-        self._register_pass()  # the informer's first list: an add
+        self.register_pass()  # the informer's first list: an add
         self.tick_epoch = time.monotonic()
         version = listed["metadata"]["resourceVersion"]
         threading.Thread(target=self._watch, args=(version,), daemon=True).start()
@@ -538,20 +685,40 @@ class NodeRegistry:
         with self.lock:
             self.lock.notify_all()
 
-    def _register_pass(self) -> None:
+    def register_pass(self) -> None:
+        with self.lock:
+            seen = annotations(self.latest) if self.latest else None
+        if seen is not None and self.client is not None:
+            self._handshake(seen)
         with self.lock:
             value = annotations(self.latest).get(REGISTER) if self.latest else None
             if value and _decodes(value):
                 self.known = True
                 self.reads += 1
 
+    def _handshake(self, seen: dict[str, str]) -> None:
+        """``CheckHealth``'s write for each vendor whose handshake the node as listed does not
+        hold as ``Requesting``: ``util.GetNode``, then ``util.PatchNodeAnnotations`` (a merge
+        patch without resourceVersion), ``time.DateTime`` in the extender's zone (UTC)."""
+        assert self.client is not None
+        for key in HANDSHAKES:
+            if "Requesting" in seen.get(key, ""):
+                continue
+            stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S")
+            with contextlib.suppress(urllib.error.HTTPError):  # HAMi logs it and goes on
+                self.client.node(self.node)
+                patch = {"metadata": {"annotations": {key: f"Requesting_{stamp}"}}}
+                self.client.call("PATCH", f"/api/v1/nodes/{self.node}", patch)
+                self.handshakes += 1
+
     def _tick(self) -> None:
-        with self.lock:
-            while not self.stopped.is_set():
+        while not self.stopped.is_set():
+            with self.lock:
                 elapsed = time.monotonic() - self.tick_epoch
                 wait = self.TICK_SECONDS - elapsed % self.TICK_SECONDS
-                if not self.lock.wait(timeout=wait) and not self.stopped.is_set():
-                    self._register_pass()  # the Condition's lock is reentrant
+                restarted = self.lock.wait(timeout=wait)
+            if not restarted and not self.stopped.is_set():
+                self.register_pass()
 
     def _watch(self, version: str) -> None:
         selector = f"fieldSelector=metadata.name%3D{self.node}"
@@ -590,7 +757,7 @@ class NodeRegistry:
             if kind == "DELETED":
                 self.known = False  # onDelNode -> rmNode
         if kind in ("ADDED", "DELETED"):
-            self._register_pass()
+            self.register_pass()
 
 
 def _decodes(value: str) -> bool:
@@ -638,10 +805,10 @@ def _kind(path: str) -> str:
     return parts[0] + (f"/{parts[2]}" if len(parts) > 2 else "")
 
 
-def _charge(card: CardState, mem: int, cores: int, sign: int = 1) -> None:
-    card.used += sign
-    card.usedmem += sign * mem
-    card.usedcores += sign * cores
+def _charge(grant: Grant, sign: int = 1) -> None:
+    grant.card.used += sign
+    grant.card.usedmem += sign * grant.mem
+    grant.card.usedcores += sign * grant.cores
 
 
 def _key(pod: dict) -> str:

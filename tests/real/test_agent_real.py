@@ -147,7 +147,10 @@ class HamiScheduler:
     def filter(
         self, pod: str, card: str, mem: int = 1024, cores: int = 10, namespace: str = WORK_NS
     ) -> str:
-        devices = device_annotation([card], mem, cores)
+        return self.patch_allocation(pod, device_annotation([card], mem, cores), namespace)
+
+    def patch_allocation(self, pod: str, devices: str, namespace: str = WORK_NS) -> str:
+        """Filter's one pod patch with ``devices`` as both device annotations."""
         body = {
             "metadata": {
                 "annotations": {

@@ -94,8 +94,8 @@ def hami_recorded(lab: PlacementLab) -> dict[str, tuple[str, int, int]]:
     out = {}
     for key, record in records.items():
         if record.placed_at is not None:
-            card, mem, cores = lab.extender.allocations[lab.extender.pods[key]["metadata"]["uid"]]
-            out[key] = (card.id, mem, cores)
+            (grant,) = lab.extender.allocations[lab.extender.pods[key]["metadata"]["uid"]]
+            out[key] = (grant.card.id, grant.mem, grant.cores)
     return out
 
 
