@@ -32,9 +32,15 @@ from labcheck.waiting import SystemClock
 from labconfig.model import TenantConfig
 from tests.support import hami_dra_model as dra
 from tests.support.labcheck_fakes import Quiet
-from tests.support.pulumi_harness import run_program, stack_config
+from tests.support.pulumi_harness import PROJECT_DIR, run_program, stack_config
 
 NAMESPACE = "gpu-workloads"
+SHARE, BOTH_L4, OVER_QUOTA, TOO_LARGE = (
+    "1-four-pods-share-one-a100.yaml",
+    "2-one-pod-on-both-l4.yaml",
+    "3-over-the-gpu-quota.yaml",
+    "4-too-large-for-any-card.yaml",
+)
 WORKER = "tenant-dra-worker-1"
 HOSTNAME = "kubernetes.io/hostname"
 COMPONENTS = {"scheduler": "kube-scheduler", "controllerManager": "kube-controller-manager"}
@@ -42,9 +48,10 @@ COMPONENTS = {"scheduler": "kube-scheduler", "controllerManager": "kube-controll
 DRA_TENANT = {"name": "tenant-dra", "gpuSharing": "dra", "gpus": [{"model": "A100-80GB"}]}
 
 
-def dra_tenant(version: str) -> TenantConfig:
+def dra_tenant(version: str, gpus: list[dict] | None = None) -> TenantConfig:
     # The tenant model alone: a stack would also name a v1.36 workerImage, which kwok needs not.
-    return TenantConfig.model_validate({**DRA_TENANT, "kubernetesVersion": version})
+    tenant = {**DRA_TENANT, "kubernetesVersion": version, **({"gpus": gpus} if gpus else {})}
+    return TenantConfig.model_validate(tenant)
 
 
 def program_args(version: str) -> tuple[list[str], dict[str, list[str]]]:
@@ -128,9 +135,11 @@ def lab_tenant_plane(
     version: str,
     name: str = "",
     component_args: dict[str, list[str]] | None = None,
+    gpus: list[dict] | None = None,
 ) -> ControlPlane:
     """A plane with the program's flags for a DRA tenant of ``version`` (or other component
-    flags), the tenant's workers as kwok nodes, the chart's class and the plugin's slices."""
+    flags), the tenant's workers as kwok nodes, the chart's class and the plugin's slices of its
+    cards (the dra stack's one A100, or ``gpus``)."""
     apiserver, components = program_args(version)
     plane = start(
         name or f"dra-{version}",
@@ -138,7 +147,7 @@ def lab_tenant_plane(
         tenant_args=apiserver,
         component_args=components if component_args is None else component_args,
     )
-    tenant = dra_tenant(version)
+    tenant = dra_tenant(version, gpus)
     for node in tenant.worker_names:
         plane.create_fake_node(node, {HOSTNAME: node})  # as a kubelet labels its node
     apply(
@@ -365,3 +374,61 @@ def test_a_burst_of_20_pods_on_one_card_is_placed_at_once_or_waits_for_the_next_
         del placed[gone]
     present = [*placed, *stranded]
     assert len({claim_results(plane, name)[0]["shareID"] for name in present}) == len(present)
+
+
+EXAMPLES = PROJECT_DIR / "examples"
+
+
+def example_pods(plane: ControlPlane, name: str) -> dict[str, dict]:
+    names = [d["metadata"]["name"] for d in yaml.safe_load_all((EXAMPLES / name).read_text()) if d]
+    time.sleep(5)  # the scheduler's tries: a pod that fits is placed in well under a second
+    return {n: plane.get_json("pod", n, "-n", NAMESPACE) for n in names}
+
+
+@pytest.mark.upstream("dra-webhook-keeps-the-scheduler-name", "hami-dra-webhook-claim")
+@pytest.mark.parametrize("version", [K8S_VERSION, K8S_NEXT_VERSION], ids=["v1.35-gated", "v1.36"])
+def test_the_examples_run_unchanged_in_a_dra_tenant(start_plane, version):
+    """examples/ applied as their headers say, unchanged, in DRA tenants with the cards of the
+    HAMi tenants they were written for: examples/1 on one A100 80GB (the dra stack's
+    tenant-dra), 2-4 on two L4 (the lab stack's tenant-b)."""
+    a100 = lab_tenant_plane(start_plane, version, "dra-examples-a100")
+    l4 = lab_tenant_plane(start_plane, version, "dra-examples-l4",
+                          gpus=[{"model": "L4", "count": 2}])  # fmt: skip
+    results: dict[str, dict[str, dict]] = {}
+    for plane, names in ((a100, [SHARE]), (l4, [BOTH_L4, OVER_QUOTA, TOO_LARGE])):
+        hook = HamiDraWebhook(plane)
+        hook.serve()
+        try:
+            for name in names:
+                done = plane.kubectl("apply", "-f", str(EXAMPLES / name), check=False)
+                results[name] = example_pods(plane, name) if done.returncode == 0 else {}
+                print(f"\n  {name}: {done.stdout.strip()} {done.stderr.strip()}")
+                for pod, body in results[name].items():
+                    print(f"    {pod}: node {body['spec'].get('nodeName')}, "
+                          f"{scheduled_condition(body).get('message', '')}")  # fmt: skip
+        finally:
+            hook.unregister()
+            hook.close()
+    # examples/1: all four placed on the one A100, each with its own share.
+    share = results[SHARE]
+    assert len(share) == 4 and all(p["spec"].get("nodeName") == WORKER for p in share.values())
+    assert all(p["spec"]["schedulerName"] == "default-scheduler" for p in share.values())
+    shares = {claim_results(a100, name)[0]["shareID"] for name in share}
+    assert len(shares) == 4
+    # examples/2: one claim of two shares of 8000 MiB and 50 % each. kube-scheduler v1.36.3 puts
+    # them on the two L4 (as HAMi does); v1.35.4 with the gate puts both on one L4 (in 3 runs of
+    # 3 each, 2026-12-07).
+    (two,) = results[BOTH_L4].values()
+    assert two["spec"].get("nodeName") == WORKER
+    used = sorted(
+        (r["device"], quantity(r["consumedCapacity"]["memory"]) // 2**20,
+         quantity(r["consumedCapacity"]["cores"]))
+        for r in claim_results(l4, "two-l4")
+    )  # fmt: skip
+    other = "gpu-1" if version == K8S_NEXT_VERSION else "gpu-0"
+    assert used == [("gpu-0", 8000, 50), (other, 8000, 50)]
+    # examples/3 and 4: no GPU quota refuses the first at admission; neither fits an L4.
+    for name in (OVER_QUOTA, TOO_LARGE):
+        (pod,) = results[name].values()
+        assert not pod["spec"].get("nodeName")
+        assert "cannot allocate all claims" in scheduled_condition(pod)["message"]

@@ -3,7 +3,8 @@ tests/support/hami_dra_model.py) on pod create and delete, and kube-scheduler's 
 consumable capacity as the real v1.36.3 showed it in tests/real/test_dra_allocation.py: the
 first device (in the slices' order, on the pod's node selector) with the memory and cores a
 claim asks left gets it, with its own share ID and consumedCapacity; otherwise the pod is
-Unschedulable with "cannot allocate all claims". Not modelled: the burst in which the real
+Unschedulable with "cannot allocate all claims". A pod naming another scheduler is never looked
+at (fact `dra-webhook-keeps-the-scheduler-name`). Not modelled: the burst in which the real
 scheduler leaves a pod with room unplaced (docs/hami-and-dra.md), preemption, several requests
 per claim, the claims' selectors.
 """
@@ -122,6 +123,8 @@ class DraServer(FakeServer):
             spec = pod["spec"]
             if spec.get("nodeName") or not spec.get("resourceClaims"):
                 continue
+            if spec.get("schedulerName") != "default-scheduler":
+                continue  # no scheduler of that name runs: no condition, no event
             want = (spec.get("nodeSelector") or {}).get("kubernetes.io/hostname")
             (ref,) = spec["resourceClaims"]
             claim = self._claim(ns, ref["resourceClaimName"])
