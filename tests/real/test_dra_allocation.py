@@ -215,7 +215,7 @@ def test_labcheck_finds_the_cards_published_shareable_and_one_mode(plane):
 @pytest.mark.upstream("hami-dra-claim-cleanup")
 def test_labcheck_creates_pods_that_share_the_card_and_one_too_many_that_waits(plane):
     """Before the tests below fill the card: labcheck's DRA pod checks through HAMi-DRA's
-    webhook (its model, served over TLS) and the real scheduler; nothing of theirs is left."""
+    webhooks (their model, served over TLS) and the real scheduler; nothing of theirs is left."""
     hook = HamiDraWebhook(plane)
     hook.serve()
     try:
@@ -228,7 +228,12 @@ def test_labcheck_creates_pods_that_share_the_card_and_one_too_many_that_waits(p
     assert shared.evidence == f"2 pods share {WORKER}/gpu-0: 27306 MiB, 33 % each"
     assert full.status is Status.PASS, full
     assert "cannot allocate all claims" in full.evidence
-    assert len(hook.claims_created) == 4  # 2 sharing; exhaustion: 1 per card + 1
+    # 2 sharing, the first of them once more (deleted with its pod by the webhook on DELETE,
+    # then created again under its name); exhaustion: 1 per card + 1.
+    share_0 = "labcheck-dra/labcheck-dra-lc-dra-dra-share-0-gpu"
+    assert len(hook.claims_created) == 5 and hook.claims_created.count(share_0) == 2
+    assert share_0 in hook.claims_deleted
+    assert shared.detail[-1].endswith("its claim went with it, placed again")
     assert plane.get_json("resourceclaims", "-A")["items"] == []
     assert plane.get_json("pods", "-A")["items"] == []
 
@@ -432,3 +437,76 @@ def test_the_examples_run_unchanged_in_a_dra_tenant(start_plane, version):
         (pod,) = results[name].values()
         assert not pod["spec"].get("nodeName")
         assert "cannot allocate all claims" in scheduled_condition(pod)["message"]
+
+
+@pytest.mark.upstream("hami-dra-webhook-claim", "hami-dra-claim-cleanup", "hami-dra-card-selection")
+def test_what_a_user_meets_in_a_dra_tenant_from_the_real_api_server(start_plane, tmp_path):
+    """HAMi-DRA's webhooks (the model, as the real v0.2.0 ran on 2026-12-07) before the real
+    API server: its answers to what a user does, word for word as the docs quote them."""
+    plane = lab_tenant_plane(start_plane, K8S_VERSION, "dra-user")
+    hook = HamiDraWebhook(plane)
+    hook.serve()
+    try:
+        claims = lambda: sorted(  # noqa: E731
+            c["metadata"]["name"]
+            for c in plane.get_json("resourceclaims", "-n", NAMESPACE)["items"]
+        )
+        path = tmp_path / "share-1.json"
+        path.write_text(json.dumps(share_pod("share-1", 20000, 25)))
+        plane.kubectl("apply", "-f", str(path))
+        wait_placed(plane, "share-1")
+        assert claims() == ["gpu-workloads-share-1-gpu"]
+        # The same file again while the pod runs: its limits against the stored claim.
+        again = plane.kubectl("apply", "-f", str(path), check=False)
+        assert again.returncode == 1
+        assert 'The Pod "share-1" is invalid: spec: Forbidden: pod updates may not change' in (
+            again.stderr
+        )
+        # Deleted and applied again: the webhook on DELETE took its claim, the name is free.
+        plane.kubectl("delete", "-f", str(path))
+        assert claims() == []
+        plane.kubectl("apply", "-f", str(path))
+        wait_placed(plane, "share-1", "share-1 placed again")
+        plane.kubectl("delete", "-f", str(path))
+        # generateName: the claim carries 5 random characters of its own.
+        generated = {**share_pod("x", 100, 1), "metadata": {"generateName": "gen-",
+                                                            "namespace": NAMESPACE}}  # fmt: skip
+        pod = json.loads(plane.kubectl("create", "-o", "json", "-f", "-",
+                                       input=json.dumps(generated)).stdout)  # fmt: skip
+        (claim,) = claims()
+        assert pod["spec"]["resourceClaims"][0]["resourceClaimName"] == claim
+        assert (
+            len(claim) == len("gpu-workloads--gpu") + 5 and pod["metadata"]["name"][4:] not in claim
+        )
+        plane.kubectl("delete", "pod", pod["metadata"]["name"], "-n", NAMESPACE)
+        # A claim name over 63 characters: the claim is made, the pod refused.
+        name = "p" * (63 - len(f"{NAMESPACE}--gpu") + 1)
+        refused = plane.kubectl("create", "-f", "-", check=False,
+                                input=json.dumps(share_pod(name, 100, 1)))  # fmt: skip
+        assert "must be no more than 63 characters" in refused.stderr
+        assert f'spec.resourceClaims[0].name: Invalid value: "{NAMESPACE}-{name}-gpu"' in (
+            refused.stderr
+        )
+        assert claims() == [f"{NAMESPACE}-{name}-gpu"]
+        plane.kubectl("delete", "resourceclaim", f"{NAMESPACE}-{name}-gpu", "-n", NAMESPACE)
+        # The negative card selectors: the API server refuses the claim, the webhook the pod.
+        for key, value in [(dra.NO_USE_TYPE, "A100"), (dra.NO_USE_UUID, "GPU-x,GPU-y")]:
+            body = share_pod("picky", 100, 1)
+            body["metadata"]["annotations"] = {key: value}
+            refused = plane.kubectl("create", "-f", "-", check=False, input=json.dumps(body))
+            assert 'admission webhook "mutate.hami.io" denied the request: failed to create ' in (
+                refused.stderr
+            )
+            assert "Syntax error: mismatched input 'not' expecting <EOF>" in refused.stderr
+            assert claims() == []
+        # The positive ones: the exact product name is placed, a part of it never is.
+        for name, product in [("exact", "NVIDIA A100-SXM4-80GB"), ("part", "A100")]:
+            body = share_pod(name, 100, 1)
+            body["metadata"]["annotations"] = {dra.USE_TYPE: product}
+            plane.kubectl("create", "-f", "-", input=json.dumps(body))
+        wait_placed(plane, "exact")
+        part = wait_unschedulable(plane, "part")
+        assert "cannot allocate all claims" in scheduled_condition(part)["message"]
+    finally:
+        hook.unregister()
+        hook.close()
