@@ -21,7 +21,6 @@ from ..dra import (
     claim_names,
     placed,
     quantity,
-    webhook_claim_names,
 )
 from ..hami import RES_CORES, RES_GPU, RES_MEM, pending_reason
 from ..objects import gpu_pod, run_labels
@@ -99,11 +98,12 @@ def _recreated(ctx: RunContext, t: Tenant, ns: str, body: Obj) -> str:
     `kubectl apply -f` do: HAMi-DRA's validating webhook deletes a pod's claims with it (fact
     `hami-dra-claim-cleanup`), else the webhook refuses the new pod, its claim name taken."""
     cl, name = ctx.tenant(t), body["metadata"]["name"]
+    named = claim_names(cl.get_pod(ns, name))  # as the webhook named them, whatever its version
     ctx.delete_pods(cl, ns, [name])
 
     def claims_gone() -> tuple[bool | None, str]:
         left = []
-        for claim in webhook_claim_names(ns, body):
+        for claim in named:
             try:
                 found = cl.get_custom(GROUP, VERSION, CLAIMS, claim, ns)
             except ClusterError as exc:
