@@ -20,7 +20,8 @@ from pydantic import (
 
 from labcheck.spec import Spec
 
-# Pod names are cap-<run id, 8>-<entry>-<index>: the entry keeps the whole under 63 characters.
+# Pod names are <entry>-<index> (cap-<run id>-<entry>-<index> with --namespace, capacity/plan.py);
+# in a DRA tenant they are part of each claim's name, which must stay within 63 characters.
 NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,28}[a-z0-9])?$")
 DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 MAX_PODS = 500

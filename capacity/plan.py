@@ -32,18 +32,27 @@ def namespace_name(run_id: str) -> str:
     return f"capacity-{run_id}"
 
 
-def pod_name(run_id: str, entry: str, i: int) -> str:
-    return f"cap-{run_id}-{entry}-{i}"
+# The pods' one container. In a DRA tenant its name ends each claim's name (fact
+# `hami-dra-webhook-claim`): `<namespace>-<pod>-slice`.
+CONTAINER = "slice"
 
 
-def plan_pods(mix: Mix, run_id: str) -> list[PlannedPod]:
+def pod_name(run_id: str, entry: str, i: int, shared: bool = False) -> str:
+    """`<entry>-<i>` in the run's own namespace (`capacity-<run>` names the run), so that in a
+    DRA tenant every claim name `<namespace>-<pod>-slice` stays within the API server's 63
+    characters for every entry name the mix allows; `cap-<run>-<entry>-<i>` in a namespace
+    shared with other runs (--namespace), where the run id keeps them apart."""
+    return f"cap-{run_id}-{entry}-{i}" if shared else f"{entry}-{i}"
+
+
+def plan_pods(mix: Mix, run_id: str, shared: bool = False) -> list[PlannedPod]:
     """Every pod of the mix, in creation order: entry by entry, as the file lists them; in a
     comparison (Mix.in_tenants) each pod in every tenant in turn, so each tenant sees the same
-    pace of creates."""
+    pace of creates. `shared`: the pods go to a namespace of the user's (--namespace)."""
     width = len(mix.compared) or 1
     groups = [mix.entries[i : i + width] for i in range(0, len(mix.entries), width)]
     return [
-        PlannedPod(e.tenant, e.name, pod_name(run_id, e.name, i), e.gpus, e.duration)
+        PlannedPod(e.tenant, e.name, pod_name(run_id, e.name, i, shared), e.gpus, e.duration)
         for group in groups
         for i in range(group[0].count)
         for e in group
@@ -83,7 +92,7 @@ def pod_manifest(entry: Entry, name: str, run_id: str, image: str) -> Obj:
         "metadata": {"name": name, "labels": labels},
         "spec": {
             "containers": [
-                {"name": "slice", "image": image, "resources": {"limits": limits(entry)}}
+                {"name": CONTAINER, "image": image, "resources": {"limits": limits(entry)}}
             ],
             "restartPolicy": "Never",
             "terminationGracePeriodSeconds": 0,  # gone at once on cleanup: the slices free up

@@ -20,8 +20,8 @@ from labcheck.spec import Spec, lock_burst_budget
 from labcheck.waiting import Clock, wait_for
 
 from .hours import HoursReport, card_infos, holdings, slice_hours
-from .mix import Mix, check_tenants
-from .plan import PlannedPod, namespace_name, plan_pods, pod_manifest, run_labels
+from .mix import Mix, MixError, check_tenants
+from .plan import CONTAINER, PlannedPod, namespace_name, plan_pods, pod_manifest, run_labels
 from .views import RegisteredCard, SharingView, read_slices, read_view
 
 PLACED, UNFIT, REFUSED, PENDING = "placed", "did not fit", "refused", "pending"
@@ -114,6 +114,35 @@ def _await_service_account(cl: Cluster, ns: str, clock: Clock, timeout: float) -
     wait_for(probe, what=f"ServiceAccount {ns}/default", timeout=timeout, clock=clock)
 
 
+def check_claim_names(mix: Mix, planned: list[PlannedPod], ns: str, modes: dict[str, str]) -> None:
+    """In a DRA tenant HAMi-DRA 0.2.x names each pod's claim `<namespace>-<pod>-<container>`
+    and the API server refuses a pod whose claim name is longer than 63 characters, after the
+    webhook made the claim (fact `hami-dra-webhook-claim`). The run's own namespace leaves room
+    for every entry name; a long --namespace may not: such a mix is refused before anything is
+    created, with the limit named."""
+    longest: dict[str, PlannedPod] = {}  # per entry, its DRA pod with the longest name
+    for p in planned:
+        if modes[p.tenant] == "dra" and len(p.name) >= len(longest.get(p.entry, p).name):
+            longest[p.entry] = p
+    lines = []
+    for entry, p in longest.items():
+        claim = dra.webhook_claim_name(ns, p.name, CONTAINER)
+        over = len(claim) - dra.CLAIM_NAME_LIMIT
+        if over <= 0:
+            continue
+        fix = "a shorter --namespace"
+        if len(entry) > over:
+            fix = f"an entry name of at most {len(entry) - over} characters or " + fix
+        lines.append(
+            f"  entry {entry}: in DRA tenant {p.tenant} HAMi-DRA names each pod's claim "
+            f"<namespace>-<pod>-{CONTAINER}, which the API server allows at most "
+            f"{dra.CLAIM_NAME_LIMIT} characters: pod {p.name} in namespace {ns} gives "
+            f"{len(claim)}; use {fix}"
+        )
+    if lines:
+        raise MixError("the mix's claim names are too long:\n" + "\n".join(lines))
+
+
 def _read_nodes(tenant: str, cl: Cluster, mode: str) -> None:
     """Before anything is created: the run cannot report without the nodes (and a DRA
     tenant's slices), so a user who may not read them learns it at once, with the permission
@@ -182,8 +211,10 @@ def run_capacity(
     ns = settings.namespace or namespace_name(run_id)
     result = CapacityResult(spec.stack, run_id, mix, namespace=ns, own_namespace=own)
     tracker = Tracker()
-    clusters = {t: factory(spec.tenant(t).kubeconfig, t) for t in mix.tenants}
     modes = result.modes = {t: spec.tenant(t).gpu_sharing for t in mix.tenants}
+    planned_pods = plan_pods(mix, run_id, shared=not own)
+    check_claim_names(mix, planned_pods, ns, modes)
+    clusters = {t: factory(spec.tenant(t).kubeconfig, t) for t in mix.tenants}
     try:
         for tenant, cl in clusters.items():
             _read_nodes(tenant, cl, modes[tenant])
@@ -193,12 +224,14 @@ def run_capacity(
         for cl in clusters.values() if own else ():
             _await_service_account(cl, ns, clock, spec.timeouts.api_seconds)
         starts: dict[str, float] = {}  # each tenant's first create: its pods' time zero
-        for planned in plan_pods(mix, run_id):
+        for planned in planned_pods:
             starts.setdefault(planned.tenant, clock.now())
             rec = PodResult(planned, ns)
             result.pods.append(rec)
             cl = clusters[planned.tenant]
             body = pod_manifest(entries[planned.entry], planned.name, run_id, spec.test_image)
+            if modes[planned.tenant] == "dra":  # deleted after the pod, whatever came of it
+                tracker.add_webhook_claims(cl, ns, body)
             # Tracked before it is asked for: a Ctrl-C after the API server created the pod but
             # before the answer arrived must not leave it (cleanup takes a 404 as done).
             item = Created(cl, "pod", planned.name, ns)
@@ -262,16 +295,12 @@ class Waiting:
     tracker: Tracker
 
     def track_claims(self, tenant: str, pods: dict[str, Obj]) -> None:
-        """The claims HAMi-DRA's webhook made for the run's pods: nothing but a webhook on pod
-        DELETE with failurePolicy Ignore removes them (fact `hami-dra-claim-cleanup`), so the
-        run deletes them itself (with its namespace, or by name in --namespace)."""
-        known = {(i.name, i.namespace) for i in self.tracker.items if i.kind == "resourceclaim"}
+        """The claims the run's pods name as admitted, deleted by the run with them: those
+        tracked before each create, and any a later HAMi-DRA names otherwise (with a suffix,
+        shortened)."""
         for pod in pods.values():
             for name in dra.claim_names(pod):
-                if (name, self.namespace) not in known:
-                    known.add((name, self.namespace))
-                    claim = Created(self.clusters[tenant], "resourceclaim", name, self.namespace)
-                    self.tracker.add(claim)
+                self.tracker.add_claim(self.clusters[tenant], name, self.namespace)
 
 
 def _wait_placed(result: CapacityResult, w: Waiting, progress: Progress) -> None:

@@ -44,6 +44,24 @@ CLAIMS, SLICES = "resourceclaims", "resourceslices"
 # What HAMi-DRA's webhook turns into a claim; any other nvidia.com/ limit (gpumem-percentage)
 # stays on the pod as an extended resource no node has (fact `hami-dra-webhook-claim`).
 CONVERTED = ("nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpucores")
+# The webhook names a pod's claim in its spec.resourceClaims, which the API server limits to a
+# DNS label: a longer claim name refuses the pod, after the webhook made the claim.
+CLAIM_NAME_LIMIT = 63
+
+
+def webhook_claim_name(namespace: str, pod: str, container: str) -> str:
+    """The claim HAMi-DRA v0.2.0's webhook makes for a container that asks `nvidia.com/gpu`:
+    `<namespace>-<pod>-<container>`, never shortened (fact `hami-dra-webhook-claim`)."""
+    return f"{namespace}-{pod}-{container}"
+
+
+def webhook_claim_names(namespace: str, pod: dict[str, Any]) -> list[str]:
+    """The claims the webhook makes for a pod that has its name (not a generateName)."""
+    return [
+        webhook_claim_name(namespace, pod["metadata"]["name"], c["name"])
+        for c in pod.get("spec", {}).get("containers") or []
+        if CONVERTED[0] in ((c.get("resources") or {}).get("limits") or {})
+    ]
 
 
 @dataclass(frozen=True)

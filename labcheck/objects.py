@@ -100,6 +100,22 @@ class Tracker:
     def add(self, item: Created) -> None:
         self.items.append(item)
 
+    def add_claim(self, cluster: Cluster, name: str, namespace: str) -> None:
+        """A ResourceClaim HAMi-DRA's webhook made (or will make) for one of our pods: only a
+        webhook on pod DELETE that fails open removes it (fact `hami-dra-claim-cleanup`), so
+        the run deletes it too. Tracked once."""
+        if not any(
+            (i.kind, i.name, i.namespace) == ("resourceclaim", name, namespace) for i in self.items
+        ):
+            self.add(Created(cluster, "resourceclaim", name, namespace))
+
+    def add_webhook_claims(self, cluster: Cluster, namespace: str, pod: Obj) -> None:
+        """Before `pod` is created in a DRA tenant: the claims HAMi-DRA's webhook will make for
+        it, by the names it gives them. It makes them while it admits the pod and keeps them if
+        the API server then refuses the pod."""
+        for name in dra.webhook_claim_names(namespace, pod):
+            self.add_claim(cluster, name, namespace)
+
     def forget(self, item: Created) -> None:
         self.items = [i for i in self.items if i is not item]
 

@@ -271,8 +271,11 @@ class LabConfig(ConfigModel):
     hami_chart_version: str = "2.10.0"
     hami_split_count: int = Field(default=10, ge=1, le=100)
     hami_node_lock_timeout: str = "5m"
-    hami_dra_chart_version: str = "0.2.11"
-    hami_dra_fake_driver_image: str = "ghcr.io/project-hami/hami-dra-fake-driver:latest"
+    # Chart 0.2.2 (the tree of HAMi-DRA bf26feb) pulls webhook and monitor v0.2.0; its fake
+    # plugin's default is `latest`, so the program names the v0.2.0 release's image (facts
+    # `hami-dra-chart-images`, `hami-dra-fake-driver-config`).
+    hami_dra_chart_version: str = "0.2.2"
+    hami_dra_fake_driver_image: str = "ghcr.io/project-hami/hami-dra-fake-driver:v0.2.0"
     gpu_agent_image: str = GPU_AGENT_IMAGE
     nvml_mock_chart_version: str = "0.3.0"
     nvml_mock_image: str = "ghcr.io/nvidia/nvml-mock:0.3.0"
@@ -335,6 +338,12 @@ class LabConfig(ConfigModel):
         # The chart takes the image as registry, repository and tag (builders/hami_dra.py).
         if not REGISTRY_REPOSITORY_TAG.fullmatch(value):
             raise ValueError("must be registry/repository:tag (a tag, not a digest)")
+        if value.rpartition(":")[2] == "latest":
+            # HAMi-DRA publishes `latest` on every push to main (fact `hami-dra-chart-images`).
+            raise ValueError(
+                "must name a release tag, not latest (it moves with HAMi-DRA's main branch), "
+                "e.g. ghcr.io/project-hami/hami-dra-fake-driver:v0.2.0"
+            )
         return value
 
     @field_validator("kamaji_image_tag")

@@ -44,10 +44,10 @@ CHART_IMAGES: dict[tuple[str, str], tuple[str, ...]] = {
         "docker.io/projecthami/hami:v2.10.0",
         "docker.io/liangjw/kube-webhook-certgen:v1.1.1",
     ),
-    # HAMi-DRA 0.2.11: its webhook and monitor; the fake plugin's image is set by the program.
-    ("hami-dra", "0.2.11"): (
-        "ghcr.io/project-hami/hami-dra-webhook:v0.2.2",
-        "ghcr.io/project-hami/hami-dra-monitor:v0.2.2",
+    # HAMi-DRA 0.2.2: its webhook and monitor; the fake plugin's image is set by the program.
+    ("hami-dra", "0.2.2"): (
+        "ghcr.io/project-hami/hami-dra-webhook:v0.2.0",
+        "ghcr.io/project-hami/hami-dra-monitor:v0.2.0",
     ),
 }
 # CoreDNS as the kubeadm Kamaji builds with (k8s.io/kubernetes v1.36.3) deploys it.

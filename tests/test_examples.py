@@ -9,11 +9,13 @@ from dataclasses import dataclass
 import pytest
 import yaml
 
-from builders.hami import QUOTA_NAMESPACE, SCHEDULER_NAME, gpu_quota_manifest
+from builders.hami import QUOTA_NAMESPACE, gpu_quota_manifest
+from labcheck import dra
 from labcheck.hami import QUOTA_MEM_KEY, RES_CORES, RES_GPU, RES_MEM, CardState, pick_card
 from labconfig.model import TenantConfig
 from labconfig.parse import parse_config
 from planning.gpu_inventory import node_inventory
+from tests.support.dra_fake import with_dra_tenant
 from tests.support.pulumi_harness import PROJECT_DIR, stack_config
 
 EXAMPLES = PROJECT_DIR / "examples"
@@ -119,21 +121,27 @@ def test_the_examples_are_these_four():
     assert sorted(p.name for p in EXAMPLES.iterdir()) == sorted(TENANT_OF)
 
 
+@pytest.mark.upstream(
+    "hami-webhook-sets-the-scheduler-name", "dra-webhook-keeps-the-scheduler-name"
+)
 @pytest.mark.parametrize("name", sorted(TENANT_OF))
-def test_each_header_says_how_to_apply_it_and_the_pods_are_hamis(name: str):
-    """Every pod in the program's GPU namespace, on HAMi's scheduler, asking only HAMi's
-    resources as limits (HAMi reads limits); the header names its tenant's kubeconfig and the
-    command that applies this very file."""
+def test_each_header_says_how_to_apply_it_and_the_pods_run_in_both_modes(name: str):
+    """Every pod in the program's GPU namespace, naming no scheduler (HAMi's webhook gives it
+    HAMi's in a HAMi tenant; HAMi-DRA's keeps what the pod says, and only kube-scheduler runs
+    in a DRA tenant), asking only the resources both webhooks read, as limits; the header names
+    its tenant's kubeconfig, the command that applies this very file, and what a DRA tenant
+    does with it."""
     text = header(name)
     assert all(line.startswith("#") for line in text.splitlines()), "a comment header first"
     assert "export PULUMI_CONFIG_PASSPHRASE=" in text  # make kubeconfig opens the stack
     assert f"make kubeconfig TENANT={TENANT_OF[name]}" in text
     assert f"kubectl apply -f examples/{name}" in text
     assert "Expect:" in text
+    assert "In a DRA tenant" in text or "in a DRA tenant" in text
     for pod in pods(name):
         assert (pod["apiVersion"], pod["kind"]) == ("v1", "Pod")
         assert pod["metadata"]["namespace"] == QUOTA_NAMESPACE
-        assert pod["spec"]["schedulerName"] == SCHEDULER_NAME
+        assert "schedulerName" not in pod["spec"]
         (container,) = pod["spec"]["containers"]
         assert set(container["resources"]) == {"limits"}
         assert set(container["resources"]["limits"]) <= {RES_GPU, RES_MEM, RES_CORES}
@@ -200,3 +208,23 @@ def test_only_the_quota_example_exceeds_its_tenant_s_gpu_quota():
     assert over.mem_mb > l4_mb and f"more than an L4 holds ({l4_mb} MB)" in prose(OVER_QUOTA)
     assert f"{both.mem_mb} MB x {both.gpus} cards = {both.quota_mb} MB" in header(BOTH_L4)
     assert f"{both.quota_mb + large.quota_mb} with" in header(TOO_LARGE)
+
+
+@pytest.mark.upstream("hami-dra-webhook-claim", "dra-webhook-keeps-the-scheduler-name")
+def test_the_four_sharing_pods_share_a_dra_tenant_s_a100_as_the_header_says():
+    """examples/1 unchanged in a DRA tenant with the same card (the dra stack's tenant-dra):
+    HAMi-DRA's webhook makes the claims the header names, kube-scheduler puts all four on the
+    one device, each with its own share (tests/support/dra_fake.py)."""
+    lab = with_dra_tenant()
+    server = lab.tenant("tenant-dra")
+    server.namespaces[QUOTA_NAMESPACE] = {"metadata": {"name": QUOTA_NAMESPACE}}
+    for pod in pods(SHARE):
+        server.create_pod(QUOTA_NAMESPACE, pod)
+    placed = server.list_pods(QUOTA_NAMESPACE)
+    assert [p["spec"].get("nodeName") for p in placed] == ["tenant-dra-worker-1"] * 4
+    claims = server.list_custom(dra.GROUP, dra.VERSION, dra.CLAIMS, QUOTA_NAMESPACE)
+    names = sorted(c["metadata"]["name"] for c in claims)
+    assert names == [f"gpu-workloads-a100-share-{n}-gpu" for n in range(1, 5)]
+    assert "gpu-workloads-a100-share-<n>-gpu" in prose(SHARE)
+    results = [r for c in claims for r in dra.allocation_results(c)]
+    assert {r["device"] for r in results} == {"gpu-0"} and len({r["shareID"] for r in results}) == 4

@@ -23,7 +23,7 @@ from ..dra import (
     quantity,
 )
 from ..hami import RES_CORES, RES_GPU, RES_MEM, pending_reason
-from ..objects import Created, gpu_pod, run_labels
+from ..objects import gpu_pod, run_labels
 from ..result import CheckFailed, Evidence
 from ..spec import Tenant
 from ..waiting import WaitTimeout
@@ -31,6 +31,11 @@ from ..waiting import WaitTimeout
 WEBHOOK_CAUSE = (
     "HAMi-DRA's webhook did not rewrite the pod (not running, or its namespace scope leaves "
     "this namespace out)"
+)
+DELETE_WEBHOOK_CAUSE = (
+    "HAMi-DRA's validating webhook (validate.hami.io, pods DELETE, failurePolicy Ignore) did not "
+    "delete it: not running or not registered; a pod created again under that name is refused "
+    "(its claim already exists)"
 )
 SCHEDULER_CAUSE = (
     "no device with room for the claim (the fake plugin's slices, or DRAConsumableCapacity off "
@@ -49,11 +54,9 @@ def _node_and_card(t: Tenant) -> tuple[str, int, int, int]:
 
 def _claims(ctx: RunContext, t: Tenant, ns: str, pod: Obj) -> list[Obj]:
     cl = ctx.tenant(t)
-    tracked = {(i.name, i.namespace) for i in ctx.tracker.items if i.kind == "resourceclaim"}
     found = []
     for name in claim_names(pod):
-        if (name, ns) not in tracked:
-            ctx.tracker.add(Created(cl, "resourceclaim", name, ns))
+        ctx.tracker.add_claim(cl, name, ns)
         try:
             found.append(cl.get_custom(GROUP, VERSION, CLAIMS, name, ns))
         except ClusterError as exc:
@@ -82,11 +85,47 @@ def _placed(ctx: RunContext, t: Tenant, ns: str, name: str) -> tuple[Obj, list[O
 
 
 def _create(ctx: RunContext, t: Tenant, ns: str, body: Obj) -> None:
+    ctx.tracker.add_webhook_claims(ctx.tenant(t), ns, body)
     try:
         ctx.create_pod(ctx.tenant(t), ns, body)
     except ClusterError as exc:
         name = body["metadata"]["name"]
         raise CheckFailed(f"{name} created", str(exc), likely_cause(exc)) from None
+
+
+def _recreated(ctx: RunContext, t: Tenant, ns: str, body: Obj) -> str:
+    """The pod deleted and created again under its name, as `kubectl delete -f` then
+    `kubectl apply -f` do: HAMi-DRA's validating webhook deletes a pod's claims with it (fact
+    `hami-dra-claim-cleanup`), else the webhook refuses the new pod, its claim name taken."""
+    cl, name = ctx.tenant(t), body["metadata"]["name"]
+    named = claim_names(cl.get_pod(ns, name))  # as the webhook named them, whatever its version
+    ctx.delete_pods(cl, ns, [name])
+
+    def claims_gone() -> tuple[bool | None, str]:
+        left = []
+        for claim in named:
+            try:
+                found = cl.get_custom(GROUP, VERSION, CLAIMS, claim, ns)
+            except ClusterError as exc:
+                if exc.status != 404:
+                    raise
+                continue
+            if not found["metadata"].get("deletionTimestamp"):  # nobody deleted it
+                raise CheckFailed(
+                    f"{name}'s claim deleted with it", f"{claim} kept", DELETE_WEBHOOK_CAUSE
+                )
+            left.append(claim)
+        return (True if not left else None), f"{left} being deleted"
+
+    try:
+        ctx.wait(claims_gone, f"{name}'s claim gone with it", ctx.timeouts.pod_seconds)
+    except WaitTimeout as exc:
+        raise CheckFailed(
+            f"{name}'s claim deleted with it", exc.last, DELETE_WEBHOOK_CAUSE
+        ) from None
+    _create(ctx, t, ns, body)
+    _placed(ctx, t, ns, name)
+    return f"{name} deleted and created again under its name: its claim went with it, placed again"
 
 
 @contextlib.contextmanager
@@ -100,9 +139,12 @@ def _cleaned(ctx: RunContext, t: Tenant, names: list[str]) -> Iterator[str]:
         with contextlib.suppress(ClusterError, WaitTimeout):
             ctx.delete_pods(cl, ns, names)
         for item in [i for i in ctx.tracker.items if i.kind == "resourceclaim" and i.cluster is cl]:
-            with contextlib.suppress(ClusterError):
+            try:
                 item.cluster.delete_custom(GROUP, VERSION, CLAIMS, item.name, item.namespace)
-                ctx.tracker.forget(item)
+            except ClusterError as exc:
+                if exc.status != 404:  # gone with its pod (HAMi-DRA's webhook): done too
+                    continue
+            ctx.tracker.forget(item)
 
 
 def _check_rewrite(pod: Obj, claims: list[Obj], mem_mb: int, cores: int) -> None:
@@ -128,7 +170,8 @@ def _check_rewrite(pod: Obj, claims: list[Obj], mem_mb: int, cores: int) -> None
 
 def sharing(ctx: RunContext, t: Tenant) -> Evidence:
     """Two pods of a third of a card each: rewritten into claims, both on one device of the node,
-    each with its own share ID and exactly the capacity it asked."""
+    each with its own share ID and exactly the capacity it asked; the first one's claim goes
+    with it, so the same pod can be created again."""
     node, _, mem, cores = _node_and_card(t)
     mem, cores = mem // 3, cores // 3
     labels = run_labels(ctx.run_id, "dra.sharing")
@@ -148,6 +191,7 @@ def sharing(ctx: RunContext, t: Tenant) -> Evidence:
         for body in bodies:
             pod, claims = _placed(ctx, t, ns, body["metadata"]["name"])
             results += [(pod["metadata"]["name"], r) for r in allocation_results(claims[0])]
+        again = _recreated(ctx, t, ns, bodies[0])
     devices = {(r["pool"], r["device"]) for _, r in results}
     shares = {r.get("shareID") for _, r in results}
     if len(results) != 2 or len(devices) != 1 or None in shares or len(shares) != 2:
@@ -168,7 +212,7 @@ def sharing(ctx: RunContext, t: Tenant) -> Evidence:
             )
         lines.append(f"{name}: {r['device']} share {r['shareID']}, {mem} MiB, {cores} %")
     ((pool, device),) = devices
-    return Evidence(f"2 pods share {pool}/{device}: {mem} MiB, {cores} % each", lines)
+    return Evidence(f"2 pods share {pool}/{device}: {mem} MiB, {cores} % each", [*lines, again])
 
 
 def exhaustion(ctx: RunContext, t: Tenant) -> str:

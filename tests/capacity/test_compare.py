@@ -38,13 +38,13 @@ def test_every_entry_runs_in_each_compared_tenant_instead_of_its_own():
 def test_the_pods_are_created_in_turn_so_each_tenant_sees_the_same_pace():
     mix = parse_mix(MIX).in_tenants(["tenant-a", "tenant-b"])
     assert [(p.tenant, p.name) for p in plan_pods(mix, "r")] == [
-        ("tenant-a", "cap-r-llm-0"), ("tenant-b", "cap-r-llm-0"),
-        ("tenant-a", "cap-r-llm-1"), ("tenant-b", "cap-r-llm-1"),
-        ("tenant-a", "cap-r-big-0"), ("tenant-b", "cap-r-big-0"),
+        ("tenant-a", "llm-0"), ("tenant-b", "llm-0"),
+        ("tenant-a", "llm-1"), ("tenant-b", "llm-1"),
+        ("tenant-a", "big-0"), ("tenant-b", "big-0"),
     ]  # fmt: skip
     # Without a comparison: entry by entry, as the file lists them.
     assert [p.name for p in plan_pods(parse_mix(MIX), "r")] == [
-        "cap-r-llm-0", "cap-r-llm-1", "cap-r-big-0",
+        "llm-0", "llm-1", "big-0",
     ]  # fmt: skip
 
 
@@ -120,7 +120,7 @@ def test_compare_without_a_mix_is_a_usage_error(tmp_path, capsys):
 def test_the_claims_the_webhook_made_for_the_runs_pods_are_deleted_with_them():
     server = FakeServer("tenant", FakeClock())
     cl = FakeCluster(server, "tenant")
-    claim = {"metadata": {"name": "ns-cap-pod-slice-nvidia", "namespace": "ns"}}
+    claim = {"metadata": {"name": "ns-cap-pod-slice", "namespace": "ns"}}
     server.create_custom("resource.k8s.io", "v1", "resourceclaims", claim, "ns")
     tracker = Tracker([Created(cl, "pod", "cap-pod", "ns")])
     w = Waiting({"t": cl}, {"t": "dra"}, "ns", FakeClock(), {}, 1.0, 0.25, tracker)
@@ -130,8 +130,8 @@ def test_the_claims_the_webhook_made_for_the_runs_pods_are_deleted_with_them():
     w.track_claims("t", {"cap-pod": pod})
     w.track_claims("t", {"cap-pod": pod})  # seen again at the next poll: tracked once
     assert [(i.kind, i.name) for i in tracker.items] == [
-        ("pod", "cap-pod"), ("resourceclaim", "ns-cap-pod-slice-nvidia"),
+        ("pod", "cap-pod"), ("resourceclaim", "ns-cap-pod-slice"),
     ]  # fmt: skip
     assert tracker.cleanup() == []  # the pod already gone (404) is done too
-    assert ("resourceclaims", "ns/ns-cap-pod-slice-nvidia") in server.deleted
+    assert ("resourceclaims", "ns/ns-cap-pod-slice") in server.deleted
     assert not server.list_custom("resource.k8s.io", "v1", "resourceclaims")

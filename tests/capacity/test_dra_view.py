@@ -63,7 +63,7 @@ def test_the_same_refusal_with_a_card_that_has_room_is_a_wait_not_a_verdict():
     (docs/hami-and-dra.md): capacity keeps such a pod pending instead of judging the cards."""
     small = pod("too-big-0")
     claims = copy.deepcopy(DATA["claims"])
-    mine = next(c for c in claims if c["metadata"]["name"] == "team-too-big-0-slice-nvidia")
+    mine = next(c for c in claims if c["metadata"]["name"] == "team-too-big-0-slice")
     mine["spec"]["devices"]["requests"][0]["exactly"]["capacity"]["requests"]["memory"] = (
         "1048576k"  # 1000 MiB, in the form the API server writes
     )
@@ -81,7 +81,7 @@ def test_the_same_refusal_with_a_card_that_has_room_is_a_wait_not_a_verdict():
 def test_room_counts_every_allocated_claim_memory_and_cores():
     claims = copy.deepcopy(DATA["claims"])
     # The two placed claims hold 16000 MiB and 50 % of gpu-0; ask for what is left and one more.
-    mine = next(c for c in claims if c["metadata"]["name"] == "team-too-big-0-slice-nvidia")
+    mine = next(c for c in claims if c["metadata"]["name"] == "team-too-big-0-slice")
     asks = mine["spec"]["devices"]["requests"][0]["exactly"]["capacity"]["requests"]
     asks.update(memory=f"{(23034 - 16000) * 2**20}", cores="50")
     assert view(claims=claims).room_for(pod("too-big-0")) == [f"{WORKER}/gpu-0", f"{WORKER}/gpu-1"]
@@ -148,7 +148,7 @@ def test_a_percentage_the_webhook_left_on_the_pod_is_a_verdict():
     p["status"]["conditions"] = [
         {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}
     ]
-    claims = [c for c in DATA["claims"] if c["metadata"]["name"] != "team-llm-0-slice-nvidia"]
+    claims = [c for c in DATA["claims"] if c["metadata"]["name"] != "team-llm-0-slice"]
     assert view(claims=claims).unfit(p) == (
         f"{message} (HAMi-DRA's webhook leaves nvidia.com/gpumem-percentage on the pod)"
     )

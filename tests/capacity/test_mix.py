@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from capacity.mix import GpuMem, MixError, check_tenants, load_mix, parse_duration, parse_mix
-from capacity.plan import limits, plan_pods, pod_manifest
+from capacity.plan import CONTAINER, limits, namespace_name, plan_pods, pod_manifest
+from labcheck.dra import webhook_claim_name
 from labcheck.spec import parse_spec
 from tests.capacity.hami_fake import capacity_lab
 
@@ -120,9 +121,9 @@ def test_the_plan_names_every_pod_in_file_order():
     mix = parse_mix({"entries": [entry(count=2), entry(name="nb", count=1, duration="1h")]})
     plan = plan_pods(mix, "1a2b3c4d")
     assert [(p.name, p.duration) for p in plan] == [
-        ("cap-1a2b3c4d-infer-0", None),
-        ("cap-1a2b3c4d-infer-1", None),
-        ("cap-1a2b3c4d-nb-0", 3600),
+        ("infer-0", None),
+        ("infer-1", None),
+        ("nb-0", 3600),
     ]
     body = pod_manifest(mix.entries[0], plan[0].name, "1a2b3c4d", "registry.k8s.io/pause:3.10")
     assert body["metadata"]["labels"] == {
@@ -203,9 +204,16 @@ def test_entries_at_least_one_each_name_once_and_the_errors_name_the_entries():
     ]
 
 
-def test_the_longest_name_at_the_highest_count_still_makes_valid_pod_names():
-    """Why names stop at 30: cap-<run, 8>-<name>-<index up to 499> stays a DNS label (<= 63)."""
+def test_the_longest_name_at_the_highest_count_still_makes_valid_pod_and_claim_names():
+    """Why names stop at 30: in the run's own namespace <name>-<index up to 499>, and in a DRA
+    tenant its claim capacity-<run>-<pod>-slice, stay DNS labels (<= 63); with --namespace the
+    pod cap-<run, 8>-<name>-<index> does too."""
     mix = parse_mix({"entries": [entry(name="a" * 30, count=500)]})
+    label = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
     last = plan_pods(mix, "1a2b3c4d")[-1].name
-    assert last == f"cap-1a2b3c4d-{'a' * 30}-499"
-    assert len(last) <= 63 and re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", last)
+    assert last == f"{'a' * 30}-499"
+    claim = webhook_claim_name(namespace_name("1a2b3c4d"), last, CONTAINER)
+    assert len(claim) == 58 and label.fullmatch(claim)
+    shared = plan_pods(mix, "1a2b3c4d", shared=True)[-1].name
+    assert shared == f"cap-1a2b3c4d-{'a' * 30}-499"
+    assert len(shared) <= 63 and label.fullmatch(shared)

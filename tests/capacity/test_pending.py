@@ -42,7 +42,7 @@ def test_the_exit_code_is_1_only_when_pods_are_still_pending(tmp_path, timeout, 
     got, _, report = run_cli(tmp_path, lab, timeout)
     assert got == code
     assert len(report["stillPending"]) == (1 if code else 0)
-    assert [d["pod"] for d in report["didNotFit"]] == [f"{NS}/cap-1a2b3c4d-too-big-0"]
+    assert [d["pod"] for d in report["didNotFit"]] == [f"{NS}/too-big-0"]
     assert nothing_left(lab)
 
 
@@ -52,7 +52,7 @@ def test_the_report_lists_a_pending_pod_apart_from_those_that_did_not_fit(tmp_pa
     lines = text.splitlines()
     verdict = "2 pods on 1 cards; whole GPUs would need 4; 1 did not fit; 1 still pending"
     assert verdict in lines and report["verdict"] == verdict
-    pending_pod = f"{NS}/cap-1a2b3c4d-small-2"
+    pending_pod = f"{NS}/small-2"
     assert f"pending: tenant-a {pending_pod}: no scheduling verdict yet" in lines
     assert not any(line.startswith("did not fit:") and pending_pod in line for line in lines)
     assert report["stillPending"] == [
@@ -140,5 +140,5 @@ def test_a_pod_hami_binds_after_the_wait_ended_is_not_the_run_s_in_the_hours():
     assert len(result.maps["tenant-a"].cards[0].segments) == 2
     # ... but the run's slice-hours are its placed pod's only.
     hours = result.hours.by_tenant["tenant-a"]
-    assert (hours.pods, hours.mb_hours) == ({f"{NS}/cap-1a2b3c4d-small-0"}, 1000.0)
+    assert (hours.pods, hours.mb_hours) == ({f"{NS}/small-0"}, 1000.0)
     assert result.count(UNFIT) == 0 and nothing_left(lab)

@@ -81,15 +81,13 @@ def test_pods_that_do_not_fit_carry_hami_s_reason():
     assert result.verdict() == "4 pods on 3 cards; whole GPUs would need 8; 3 did not fit"
     reasons = {p.planned.name: p.reason for p in result.pods if p.state == UNFIT}
     assert sorted(reasons) == [
-        "cap-1a2b3c4d-infer-30g-2",
-        "cap-1a2b3c4d-llm-fp16-0",
-        "cap-1a2b3c4d-train-2gpu-0",
+        "infer-30g-2",
+        "llm-fp16-0",
+        "train-2gpu-0",
     ]
-    assert reasons["cap-1a2b3c4d-train-2gpu-0"].startswith(
-        "0/1 nodes are available: 1 NodeInsufficientDevice."
-    )
-    assert "1 2/2 CardInsufficientMemory" in reasons["cap-1a2b3c4d-llm-fp16-0"]
-    assert reasons["cap-1a2b3c4d-infer-30g-2"].endswith(
+    assert reasons["train-2gpu-0"].startswith("0/1 nodes are available: 1 NodeInsufficientDevice.")
+    assert "1 2/2 CardInsufficientMemory" in reasons["llm-fp16-0"]
+    assert reasons["infer-30g-2"].endswith(
         "| FilteringFailed: no available node, 1 nodes do not meet"
     )
     assert nothing_left(lab)
@@ -102,7 +100,7 @@ def test_a_pod_admission_refuses_did_not_fit_and_the_rest_still_runs():
         lab.tenant("tenant-b"),
         "create_pod",
         403,
-        'pods "cap-1a2b3c4d-x-1" is forbidden: admission webhook "vgpu.hami.io" denied the '
+        'pods "x-1" is forbidden: admission webhook "vgpu.hami.io" denied the '
         "request: exceeding resource quota",
         when=lambda args: args[1]["metadata"]["name"].endswith("-1"),
     )
@@ -208,7 +206,7 @@ def test_the_cli_writes_the_table_json_csv_and_picture(tmp_path):
     assert code == 0
     lines = text.splitlines()
     assert lines[-5] == "4 pods on 3 cards; whole GPUs would need 8; 3 did not fit"
-    assert "did not fit: tenant-b capacity-1a2b3c4d/cap-1a2b3c4d-llm-fp16-0: 0/1 nodes" in text
+    assert "did not fit: tenant-b capacity-1a2b3c4d/llm-fp16-0: 0/1 nodes" in text
     reports = tmp_path / "reports"
     data = json.loads((reports / "capacity-report.json").read_text())
     assert (data["wholeGpuBaseline"], data["wholeGpuBaselinePlaced"], data["podsPlaced"]) == (
@@ -217,9 +215,9 @@ def test_the_cli_writes_the_table_json_csv_and_picture(tmp_path):
         4,
     )
     assert [d["pod"] for d in data["didNotFit"]] == [
-        f"{NS}/cap-1a2b3c4d-train-2gpu-0",
-        f"{NS}/cap-1a2b3c4d-infer-30g-2",
-        f"{NS}/cap-1a2b3c4d-llm-fp16-0",
+        f"{NS}/train-2gpu-0",
+        f"{NS}/infer-30g-2",
+        f"{NS}/llm-fp16-0",
     ]
     assert data["cards"]["tenant-b"]["allocatedMb"] == 46068
     csv = (reports / "capacity-hours.csv").read_text().splitlines()

@@ -34,7 +34,7 @@ def segments(card: CardMap) -> dict[str, tuple[int, int]]:
 
 
 def ours(entry: str, i: int = 0) -> str:
-    return f"{NS}/cap-1a2b3c4d-{entry}-{i}"
+    return f"{NS}/{entry}-{i}"
 
 
 def multi_card_lab(trainer_hours_ago: int = 2) -> tuple[HamiLab, str, str]:

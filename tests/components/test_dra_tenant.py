@@ -34,7 +34,7 @@ def test_hami_dra_comes_after_the_tenants_cni_and_its_cert_manager(dra: ProgramR
     assert dra.named("tenant-dra-hami-dra-cert-manager").urn in waits_for
     assert dra.named("tenant-dra-cni-chart").urn in waits_for
     assert chart.inputs["namespace"] == "hami-dra"
-    assert chart.inputs["version"] == "0.2.11"
+    assert chart.inputs["version"] == "0.2.2"
     assert chart.inputs["repositoryOpts"]["repo"] == "https://project-hami.github.io/HAMi-DRA"
 
 

@@ -7,38 +7,8 @@ import pytest
 from builders import hami_dra as built
 from labcheck import dra
 from labcheck.result import Status
-from labconfig.gpu_models import KNOWN_GPU_MODELS
-from tests.support.dra_fake import DraServer
-from tests.support.labcheck_fakes import A100, FakeLab, FakeServer, run_lab, standard_lab
-
-NODE = "tenant-dra-worker-1"
-
-
-def published_slice(node: str) -> dict:
-    """What HAMi-DRA's fake plugin publishes for the program's config of one A100 80GB."""
-    config = built.fake_driver_config([KNOWN_GPU_MODELS["A100-80GB"]], [node])
-    return {
-        "metadata": {"name": f"{node}-{built.DRIVER}"},
-        "spec": {
-            "driver": built.DRIVER,
-            "nodeName": node,
-            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-            "devices": config["nodes"][node]["devices"],
-        },
-    }
-
-
-def with_dra_tenant() -> FakeLab:
-    lab = standard_lab()
-    server = lab.add_tenant("tenant-dra", "172.30.255.210", [A100], kind=DraServer)
-    lab.spec["tenants"][-1]["gpuSharing"] = "dra"
-    del server.nodes[NODE]["metadata"]["annotations"]["hami.io/node-nvidia-register"]
-    publish(server, published_slice(NODE))
-    return lab
-
-
-def publish(server, item: dict) -> None:
-    server.custom[("resourceslices", "", item["metadata"]["name"], dra.GROUP)] = item
+from tests.support.dra_fake import NODE, DraServer, publish, published_slice, with_dra_tenant
+from tests.support.labcheck_fakes import FakeLab, FakeServer, run_lab
 
 
 def test_labchecks_driver_is_the_one_the_program_installs():
@@ -126,7 +96,42 @@ def test_two_pods_become_claims_that_share_the_card_each_with_its_own_share():
     assert result.status is Status.PASS, result
     # A third of the A100 80GB (81920 MiB) and of its cores each.
     assert result.evidence == f"2 pods share {NODE}/gpu-0: 27306 MiB, 33 % each"
-    assert len(result.detail) == 2 and all(" share " in line for line in result.detail)
+    *shares, again = result.detail
+    assert len(shares) == 2 and all(" share " in line for line in shares)
+    assert again == (
+        "lc-t1-dra-share-0 deleted and created again under its name: its claim went with it, "
+        "placed again"
+    )
+    server = dra_server(lab)
+    assert not server.pods and not server.list_custom(dra.GROUP, dra.VERSION, dra.CLAIMS)
+    # The claims HAMi-DRA's webhook named <namespace>-<pod>-<container>, and labcheck deleted
+    # by those names what the webhook on pod DELETE had not already.
+    made = {name for kind, name in server.deleted if kind == dra.CLAIMS}
+    assert made == {f"labcheck-t1/labcheck-t1-lc-t1-dra-share-{i}-gpu" for i in (0, 1)}
+
+
+@pytest.mark.upstream("hami-dra-claim-cleanup")
+def test_a_claim_the_delete_webhook_keeps_fails_sharing_with_the_webhook_named():
+    lab = with_dra_tenant()
+    dra_server(lab).webhooks = False  # validate.hami.io down: it fails open
+    _, r = run_lab(lab, only=["dra.sharing"])
+    result = r[("dra.sharing", "tenant-dra")]
+    assert result.status is Status.FAIL
+    assert result.seen == "labcheck-t1-lc-t1-dra-share-0-gpu kept"
+    assert "validate.hami.io" in result.cause and "already exists" in result.cause
+    server = dra_server(lab)
+    assert not server.pods and not server.list_custom(dra.GROUP, dra.VERSION, dra.CLAIMS)
+
+
+def test_the_dra_checks_run_twice_with_the_same_names():
+    """A second run with the same run id creates the same pods, and so the same claim names,
+    again: nothing of the first is in the way."""
+    lab = with_dra_tenant()
+    for _ in range(2):
+        _, r = run_lab(lab, only=["dra.sharing", "dra.exhaustion"])
+        assert all(
+            r[(c, "tenant-dra")].status is Status.PASS for c in ("dra.sharing", "dra.exhaustion")
+        )
     server = dra_server(lab)
     assert not server.pods and not server.list_custom(dra.GROUP, dra.VERSION, dra.CLAIMS)
 

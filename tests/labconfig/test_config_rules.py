@@ -636,6 +636,22 @@ def test_the_fake_plugins_image_must_be_registry_repository_and_tag(image):
     assert error.value.key == "hamiDraFakeDriverImage"
 
 
+@pytest.mark.upstream("hami-dra-chart-images")
+def test_the_fake_plugins_image_must_name_a_release_not_latest():
+    image = "ghcr.io/project-hami/hami-dra-fake-driver:latest"
+    with pytest.raises(ConfigError, match="not latest") as error:
+        parse_config({"hamiDraFakeDriverImage": image, "tenants": [{"name": "t"}]})
+    assert error.value.key == "hamiDraFakeDriverImage"
+    assert "ghcr.io/project-hami/hami-dra-fake-driver:v0.2.0" in str(error.value)
+
+
+@pytest.mark.upstream("hami-dra-chart-images")
+def test_the_default_chart_and_fake_plugin_are_the_checked_release():
+    cfg = parse_config({"tenants": [{"name": "t"}]})
+    assert cfg.hami_dra_chart_version == "0.2.2"
+    assert cfg.hami_dra_fake_driver_image == "ghcr.io/project-hami/hami-dra-fake-driver:v0.2.0"
+
+
 def test_a_preflight_check_is_accepted_by_its_name_and_with_why():
     cfg = parse_config(
         {"preflightAccept": {"cgroup v2": "node image built for v1"}, "tenants": [{"name": "t"}]}

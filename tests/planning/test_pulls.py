@@ -100,9 +100,10 @@ def test_a_dra_tenant_pulls_hami_dra_and_its_cert_manager_instead_of_hami():
     pulls = stack_pulls(parse_config(stack_config("dra")))
     dra = {p.image for p in pulls.images if p.puller == "tenant-dra"}
     hami = {p.image for p in pulls.images if p.puller == "tenant-hami"}
-    assert "ghcr.io/project-hami/hami-dra-webhook:v0.2.2" in dra
+    assert "ghcr.io/project-hami/hami-dra-webhook:v0.2.0" in dra
+    assert "ghcr.io/project-hami/hami-dra-monitor:v0.2.0" in dra
     assert "quay.io/jetstack/cert-manager-controller:v1.18.3" in dra
-    assert "ghcr.io/project-hami/hami-dra-fake-driver:latest" in dra
+    assert "ghcr.io/project-hami/hami-dra-fake-driver:v0.2.0" in dra
     assert "docker.io/projecthami/hami:v2.10.0" in hami - dra
     # The dra stack installs no platform: the lab stack's kind cluster already runs it.
     assert not [c for c in pulls.charts if c.name == "metallb"]

@@ -1,5 +1,6 @@
 """An admission webhook of the real tier: served over TLS on loopback with a CA of its own and
-registered on the plane as its chart registers it; a subclass says what it answers."""
+registered on the plane as its chart registers it; a subclass says what it answers (a mutating
+webhook, and optionally a validating one on the same server)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from hami_extender import json_handler
 class TlsWebhook:
     name = ""  # the MutatingWebhookConfiguration's name
     path = "/"  # where the API server posts the AdmissionReview
+    # The ValidatingWebhookConfiguration's name and path, for a subclass that has one.
+    validating_name, validating_path = "", "/validate"
 
     def __init__(self, plane: ControlPlane) -> None:
         self.plane = plane
@@ -31,6 +34,14 @@ class TlsWebhook:
         """The configuration's webhooks, each with ``client_config``."""
         raise NotImplementedError
 
+    def validate(self, request: dict) -> dict:
+        """The validating webhook's AdmissionResponse for one request."""
+        raise NotImplementedError
+
+    def validating_webhooks(self, client_config: dict[str, Any]) -> list[dict]:
+        """The ValidatingWebhookConfiguration's webhooks (none: not registered)."""
+        return []
+
     @staticmethod
     def json_patch(request: dict, patch: list[dict]) -> dict:
         return {
@@ -41,8 +52,9 @@ class TlsWebhook:
         }
 
     def serve(self) -> None:
-        def answer(_: str, review: dict) -> dict:
-            response = self.review(review["request"])
+        def answer(path: str, review: dict) -> dict:
+            handle = self.validate if path.split("?")[0] == self.validating_path else self.review
+            response = handle(review["request"])
             return {
                 "apiVersion": review["apiVersion"],
                 "kind": review["kind"],
@@ -55,21 +67,33 @@ class TlsWebhook:
         self.server.daemon_threads = True
         self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        client_config = {
-            "url": f"https://127.0.0.1:{self.server.server_address[1]}{self.path}",
+        configs = [
+            ("MutatingWebhookConfiguration", self.name, self.webhooks(self._client(self.path))),
+            ("ValidatingWebhookConfiguration", self.validating_name,
+             self.validating_webhooks(self._client(self.validating_path))),
+        ]  # fmt: skip
+        for kind, name, webhooks in configs:
+            if webhooks:
+                config = {
+                    "apiVersion": "admissionregistration.k8s.io/v1",
+                    "kind": kind,
+                    "metadata": {"name": name},
+                    "webhooks": webhooks,
+                }
+                self.plane.kubectl("apply", "-f", "-", input=json.dumps(config))
+
+    def _client(self, path: str) -> dict[str, Any]:
+        assert self.server is not None
+        return {
+            "url": f"https://127.0.0.1:{self.server.server_address[1]}{path}",
             "caBundle": base64.b64encode(self.pki.ca_cert.read_bytes()).decode(),
         }
-        config = {
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "MutatingWebhookConfiguration",
-            "metadata": {"name": self.name},
-            "webhooks": self.webhooks(client_config),
-        }
-        self.plane.kubectl("apply", "-f", "-", input=json.dumps(config))
 
     def unregister(self) -> None:
         """Remove the registration: pods are admitted without this webhook again."""
         self.plane.kubectl("delete", "mutatingwebhookconfiguration", self.name)
+        if self.validating_name:
+            self.plane.kubectl("delete", "validatingwebhookconfiguration", self.validating_name)
 
     def close(self) -> None:
         if self.server is not None:

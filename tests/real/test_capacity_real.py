@@ -182,7 +182,7 @@ def test_a_mix_is_placed_as_hami_recorded_and_nothing_is_left(cap_lab, lab_spec,
             sum(c for _, c in on_it),
         ), card
     (unfit,) = data["didNotFit"]
-    assert unfit["pod"].endswith("-too-big-0") and "CardInsufficientMemory" in unfit["reason"]
+    assert unfit["pod"].endswith("/too-big-0") and "CardInsufficientMemory" in unfit["reason"]
     assert data["notes"] == []
     assert "cleanup: deleted 6 object(s) by name" in out
     wait_clean(plane)
@@ -211,7 +211,7 @@ BROKEN_POLICY = [
             # Invalid (422), not Forbidden (403): a 403 from admission is a verdict on the pod.
             "validations": [
                 {
-                    "expression": "!object.metadata.name.contains('-broken-')",
+                    "expression": "!object.metadata.name.contains('broken-')",
                     "message": REFUSAL,
                     "reason": "Invalid",
                 }

@@ -1,13 +1,15 @@
 """One capacity mix on a HAMi tenant and a DRA tenant with the same cards, side by side
-(`--compare`), against the real programs of each mode.
+(`--compare`). Real on both sides: Kubernetes only (kube-apiserver, kube-scheduler,
+kube-controller-manager v1.35.4, the tenants' default version, each with the program's flags)
+and the capacity tool; HAMi is the real tier's stand-in, HAMi-DRA its model.
 
-- HAMi: tenant-b of the `lab` stack (two L4) as in test_capacity_real.py: the real
-  kube-apiserver and kube-scheduler v1.35.4, the real gpu_agent, the extender that plays HAMi's
-  Filter and Bind, HAMi's webhook (hami_placement.py).
-- DRA: the same two L4 as a DRA tenant: the real kube-apiserver, kube-scheduler and
-  kube-controller-manager v1.36.3 with the program's flags, kwok for its worker, the slices
-  HAMi-DRA's fake plugin publishes for the program's inventory, and HAMi-DRA's webhook served
-  over TLS (hami_dra_webhook.py), which makes the claims the scheduler allocates.
+- HAMi: tenant-b of the `lab` stack (two L4) as in test_capacity_real.py: the real gpu_agent,
+  the extender that plays HAMi v2.10.0's Filter and Bind, HAMi's webhook (hami_placement.py).
+- DRA: the same two L4 as a DRA tenant (the gate DRAConsumableCapacity on, as the program sets
+  it on v1.35): kwok for its worker, the slices HAMi-DRA's fake plugin publishes for the
+  program's inventory, and HAMi-DRA's webhooks modelled and served over TLS
+  (hami_dra_webhook.py), which make the claims the scheduler allocates and delete them with
+  their pods.
 
 capacity runs through its real client, in process, on the program's own labcheckSpec (tenant-b
 as the program writes it; the DRA tenant as the program writes a DRA tenant's entry).
@@ -24,7 +26,7 @@ from typing import Any
 
 import pytest
 import yaml
-from binaries import K8S_NEXT_VERSION
+from binaries import K8S_VERSION
 from controlplane import ControlPlane, admin_conf, wait_until
 from hami_dra_webhook import HamiDraWebhook
 from hami_placement import PlacementLab, placement_lab, report
@@ -37,23 +39,16 @@ from capacity.views import DraView
 from labcheck.dra import quantity
 from labconfig.parse import parse_config
 from tests.support import hami_dra_model as model
-from tests.support.pulumi_harness import run_program, stack_config
+from tests.support.pulumi_harness import PROJECT_DIR, run_program, stack_config
 
 HAMI, DRA = "tenant-b", "tenant-b-dra"
 TEAM = "team-b"  # a namespace of the user's own (--namespace)
-# The lab stack with a third tenant: tenant-b's cards (two L4) shared through DRA. kwok plays its
-# worker, so the (pinned-looking) worker image is never pulled.
+# The lab stack with a third tenant: tenant-b's cards (two L4) shared through DRA, on the
+# tenants' default Kubernetes version, as tenant-b. kwok plays its worker.
 CONFIG = stack_config("lab")
 CONFIG["tenants"] = [
     *CONFIG["tenants"],
-    {
-        "name": DRA,
-        "workers": 1,
-        "gpuSharing": "dra",
-        "kubernetesVersion": K8S_NEXT_VERSION,
-        "workerImage": f"kindest/node:{K8S_NEXT_VERSION}@sha256:{'0' * 64}",
-        "gpus": [{"model": "L4", "count": 2}],
-    },
+    {"name": DRA, "workers": 1, "gpuSharing": "dra", "gpus": [{"model": "L4", "count": 2}]},
 ]
 DRA_TENANT = next(t for t in parse_config(CONFIG).tenants if t.name == DRA)
 HOSTNAME = "kubernetes.io/hostname"
@@ -72,7 +67,7 @@ def dra_plane(start_control_plane) -> Iterator[ControlPlane]:
     extra = tcp["spec"]["controlPlane"]["deployment"]["extraArgs"]
     plane = start_control_plane(
         "side-dra",
-        kubernetes=K8S_NEXT_VERSION,
+        kubernetes=K8S_VERSION,
         tenant_args=extra["apiServer"],
         component_args={COMPONENTS[k]: v for k, v in extra.items() if k in COMPONENTS},
     )
@@ -189,8 +184,8 @@ def test_one_mix_on_a_hami_and_a_dra_tenant_with_the_same_cards(
 def test_in_a_namespace_of_its_own_the_run_deletes_the_webhooks_claims_too(
     hami_lab, dra_plane, side_spec, tmp_path
 ):
-    # The webhook model, like HAMi-DRA's mutating webhook, never deletes a claim: only the run
-    # can. With --namespace nothing else (a namespace deletion) would remove them.
+    # HAMi-DRA's webhook on pod DELETE fails open, and nothing else (a namespace deletion) would
+    # remove a claim with --namespace: the run deletes the claims by name too.
     for plane in (hami_lab.plane, dra_plane):
         plane.create_namespace(TEAM)
     code, out, data = run(hami_lab, side_spec, tmp_path, MIX, "--namespace", TEAM)
@@ -260,4 +255,23 @@ def test_a_percentage_of_a_card_is_placed_by_hami_and_never_in_a_dra_tenant(
         assert (
             "HAMi-DRA's webhook leaves nvidia.com/gpumem-percentage on the pod" in unfit["reason"]
         )
+    wait_nothing_left(hami_lab.plane, dra_plane)
+
+
+MIXES = PROJECT_DIR / "capacity" / "mixes"
+
+
+@pytest.mark.parametrize(("mix", "placed"), [("cannot-fit", (2, 0)), ("inference-heavy", (10, 8))])
+def test_the_example_mixes_side_by_side(
+    hami_lab, dra_plane, side_spec, tmp_path, capsys, mix, placed
+):
+    """The example mixes on two L4 in each tenant (--compare ignores each entry's tenant): the
+    DRA tenant places none of the pods that ask a percentage of a card."""
+    entries = yaml.safe_load((MIXES / f"{mix}.yaml").read_text())
+    _, out, data = run(hami_lab, side_spec, tmp_path, entries, "--timeout", "60")
+    by = data["byTenant"]
+    report(capsys, f"{mix}: " + "; ".join(
+        f"{t} {by[t]['podsPlaced']} placed on {by[t]['cardsUsed']} cards" for t in (HAMI, DRA)
+    ))  # fmt: skip
+    assert (by[HAMI]["podsPlaced"], by[DRA]["podsPlaced"]) == placed, out
     wait_nothing_left(hami_lab.plane, dra_plane)

@@ -32,9 +32,15 @@ from labcheck.waiting import SystemClock
 from labconfig.model import TenantConfig
 from tests.support import hami_dra_model as dra
 from tests.support.labcheck_fakes import Quiet
-from tests.support.pulumi_harness import run_program, stack_config
+from tests.support.pulumi_harness import PROJECT_DIR, run_program, stack_config
 
 NAMESPACE = "gpu-workloads"
+SHARE, BOTH_L4, OVER_QUOTA, TOO_LARGE = (
+    "1-four-pods-share-one-a100.yaml",
+    "2-one-pod-on-both-l4.yaml",
+    "3-over-the-gpu-quota.yaml",
+    "4-too-large-for-any-card.yaml",
+)
 WORKER = "tenant-dra-worker-1"
 HOSTNAME = "kubernetes.io/hostname"
 COMPONENTS = {"scheduler": "kube-scheduler", "controllerManager": "kube-controller-manager"}
@@ -42,9 +48,10 @@ COMPONENTS = {"scheduler": "kube-scheduler", "controllerManager": "kube-controll
 DRA_TENANT = {"name": "tenant-dra", "gpuSharing": "dra", "gpus": [{"model": "A100-80GB"}]}
 
 
-def dra_tenant(version: str) -> TenantConfig:
+def dra_tenant(version: str, gpus: list[dict] | None = None) -> TenantConfig:
     # The tenant model alone: a stack would also name a v1.36 workerImage, which kwok needs not.
-    return TenantConfig.model_validate({**DRA_TENANT, "kubernetesVersion": version})
+    tenant = {**DRA_TENANT, "kubernetesVersion": version, **({"gpus": gpus} if gpus else {})}
+    return TenantConfig.model_validate(tenant)
 
 
 def program_args(version: str) -> tuple[list[str], dict[str, list[str]]]:
@@ -128,9 +135,11 @@ def lab_tenant_plane(
     version: str,
     name: str = "",
     component_args: dict[str, list[str]] | None = None,
+    gpus: list[dict] | None = None,
 ) -> ControlPlane:
     """A plane with the program's flags for a DRA tenant of ``version`` (or other component
-    flags), the tenant's workers as kwok nodes, the chart's class and the plugin's slices."""
+    flags), the tenant's workers as kwok nodes, the chart's class and the plugin's slices of its
+    cards (the dra stack's one A100, or ``gpus``)."""
     apiserver, components = program_args(version)
     plane = start(
         name or f"dra-{version}",
@@ -138,7 +147,7 @@ def lab_tenant_plane(
         tenant_args=apiserver,
         component_args=components if component_args is None else component_args,
     )
-    tenant = dra_tenant(version)
+    tenant = dra_tenant(version, gpus)
     for node in tenant.worker_names:
         plane.create_fake_node(node, {HOSTNAME: node})  # as a kubelet labels its node
     apply(
@@ -206,7 +215,7 @@ def test_labcheck_finds_the_cards_published_shareable_and_one_mode(plane):
 @pytest.mark.upstream("hami-dra-claim-cleanup")
 def test_labcheck_creates_pods_that_share_the_card_and_one_too_many_that_waits(plane):
     """Before the tests below fill the card: labcheck's DRA pod checks through HAMi-DRA's
-    webhook (its model, served over TLS) and the real scheduler; nothing of theirs is left."""
+    webhooks (their model, served over TLS) and the real scheduler; nothing of theirs is left."""
     hook = HamiDraWebhook(plane)
     hook.serve()
     try:
@@ -219,7 +228,12 @@ def test_labcheck_creates_pods_that_share_the_card_and_one_too_many_that_waits(p
     assert shared.evidence == f"2 pods share {WORKER}/gpu-0: 27306 MiB, 33 % each"
     assert full.status is Status.PASS, full
     assert "cannot allocate all claims" in full.evidence
-    assert len(hook.claims_created) == 4  # 2 sharing; exhaustion: 1 per card + 1
+    # 2 sharing, the first of them once more (deleted with its pod by the webhook on DELETE,
+    # then created again under its name); exhaustion: 1 per card + 1.
+    share_0 = "labcheck-dra/labcheck-dra-lc-dra-dra-share-0-gpu"
+    assert len(hook.claims_created) == 5 and hook.claims_created.count(share_0) == 2
+    assert share_0 in hook.claims_deleted
+    assert shared.detail[-1].endswith("its claim went with it, placed again")
     assert plane.get_json("resourceclaims", "-A")["items"] == []
     assert plane.get_json("pods", "-A")["items"] == []
 
@@ -365,3 +379,134 @@ def test_a_burst_of_20_pods_on_one_card_is_placed_at_once_or_waits_for_the_next_
         del placed[gone]
     present = [*placed, *stranded]
     assert len({claim_results(plane, name)[0]["shareID"] for name in present}) == len(present)
+
+
+EXAMPLES = PROJECT_DIR / "examples"
+
+
+def example_pods(plane: ControlPlane, name: str) -> dict[str, dict]:
+    names = [d["metadata"]["name"] for d in yaml.safe_load_all((EXAMPLES / name).read_text()) if d]
+    time.sleep(5)  # the scheduler's tries: a pod that fits is placed in well under a second
+    return {n: plane.get_json("pod", n, "-n", NAMESPACE) for n in names}
+
+
+@pytest.mark.upstream("dra-webhook-keeps-the-scheduler-name", "hami-dra-webhook-claim")
+@pytest.mark.parametrize("version", [K8S_VERSION, K8S_NEXT_VERSION], ids=["v1.35-gated", "v1.36"])
+def test_the_examples_run_unchanged_in_a_dra_tenant(start_plane, version):
+    """examples/ applied as their headers say, unchanged, in DRA tenants with the cards of the
+    HAMi tenants they were written for: examples/1 on one A100 80GB (the dra stack's
+    tenant-dra), 2-4 on two L4 (the lab stack's tenant-b)."""
+    a100 = lab_tenant_plane(start_plane, version, "dra-examples-a100")
+    l4 = lab_tenant_plane(start_plane, version, "dra-examples-l4",
+                          gpus=[{"model": "L4", "count": 2}])  # fmt: skip
+    results: dict[str, dict[str, dict]] = {}
+    for plane, names in ((a100, [SHARE]), (l4, [BOTH_L4, OVER_QUOTA, TOO_LARGE])):
+        hook = HamiDraWebhook(plane)
+        hook.serve()
+        try:
+            for name in names:
+                done = plane.kubectl("apply", "-f", str(EXAMPLES / name), check=False)
+                results[name] = example_pods(plane, name) if done.returncode == 0 else {}
+                print(f"\n  {name}: {done.stdout.strip()} {done.stderr.strip()}")
+                for pod, body in results[name].items():
+                    print(f"    {pod}: node {body['spec'].get('nodeName')}, "
+                          f"{scheduled_condition(body).get('message', '')}")  # fmt: skip
+        finally:
+            hook.unregister()
+            hook.close()
+    # examples/1: all four placed on the one A100, each with its own share.
+    share = results[SHARE]
+    assert len(share) == 4 and all(p["spec"].get("nodeName") == WORKER for p in share.values())
+    assert all(p["spec"]["schedulerName"] == "default-scheduler" for p in share.values())
+    shares = {claim_results(a100, name)[0]["shareID"] for name in share}
+    assert len(shares) == 4
+    # examples/2: one claim of two shares of 8000 MiB and 50 % each. kube-scheduler v1.36.3 puts
+    # them on the two L4 (as HAMi does); v1.35.4 with the gate puts both on one L4 (in 3 runs of
+    # 3 each, 2026-12-07).
+    (two,) = results[BOTH_L4].values()
+    assert two["spec"].get("nodeName") == WORKER
+    used = sorted(
+        (r["device"], quantity(r["consumedCapacity"]["memory"]) // 2**20,
+         quantity(r["consumedCapacity"]["cores"]))
+        for r in claim_results(l4, "two-l4")
+    )  # fmt: skip
+    other = "gpu-1" if version == K8S_NEXT_VERSION else "gpu-0"
+    assert used == [("gpu-0", 8000, 50), (other, 8000, 50)]
+    # examples/3 and 4: no GPU quota refuses the first at admission; neither fits an L4.
+    for name in (OVER_QUOTA, TOO_LARGE):
+        (pod,) = results[name].values()
+        assert not pod["spec"].get("nodeName")
+        assert "cannot allocate all claims" in scheduled_condition(pod)["message"]
+
+
+@pytest.mark.upstream("hami-dra-webhook-claim", "hami-dra-claim-cleanup", "hami-dra-card-selection")
+def test_what_a_user_meets_in_a_dra_tenant_from_the_real_api_server(start_plane, tmp_path):
+    """HAMi-DRA's webhooks (the model, as the real v0.2.0 ran on 2026-12-07) before the real
+    API server: its answers to what a user does, word for word as the docs quote them."""
+    plane = lab_tenant_plane(start_plane, K8S_VERSION, "dra-user")
+    hook = HamiDraWebhook(plane)
+    hook.serve()
+    try:
+        claims = lambda: sorted(  # noqa: E731
+            c["metadata"]["name"]
+            for c in plane.get_json("resourceclaims", "-n", NAMESPACE)["items"]
+        )
+        path = tmp_path / "share-1.json"
+        path.write_text(json.dumps(share_pod("share-1", 20000, 25)))
+        plane.kubectl("apply", "-f", str(path))
+        wait_placed(plane, "share-1")
+        assert claims() == ["gpu-workloads-share-1-gpu"]
+        # The same file again while the pod runs: its limits against the stored claim.
+        again = plane.kubectl("apply", "-f", str(path), check=False)
+        assert again.returncode == 1
+        assert 'The Pod "share-1" is invalid: spec: Forbidden: pod updates may not change' in (
+            again.stderr
+        )
+        # Deleted and applied again: the webhook on DELETE took its claim, the name is free.
+        plane.kubectl("delete", "-f", str(path))
+        assert claims() == []
+        plane.kubectl("apply", "-f", str(path))
+        wait_placed(plane, "share-1", "share-1 placed again")
+        plane.kubectl("delete", "-f", str(path))
+        # generateName: the claim carries 5 random characters of its own.
+        generated = {**share_pod("x", 100, 1), "metadata": {"generateName": "gen-",
+                                                            "namespace": NAMESPACE}}  # fmt: skip
+        pod = json.loads(plane.kubectl("create", "-o", "json", "-f", "-",
+                                       input=json.dumps(generated)).stdout)  # fmt: skip
+        (claim,) = claims()
+        assert pod["spec"]["resourceClaims"][0]["resourceClaimName"] == claim
+        assert (
+            len(claim) == len("gpu-workloads--gpu") + 5 and pod["metadata"]["name"][4:] not in claim
+        )
+        plane.kubectl("delete", "pod", pod["metadata"]["name"], "-n", NAMESPACE)
+        # A claim name over 63 characters: the claim is made, the pod refused.
+        name = "p" * (63 - len(f"{NAMESPACE}--gpu") + 1)
+        refused = plane.kubectl("create", "-f", "-", check=False,
+                                input=json.dumps(share_pod(name, 100, 1)))  # fmt: skip
+        assert "must be no more than 63 characters" in refused.stderr
+        assert f'spec.resourceClaims[0].name: Invalid value: "{NAMESPACE}-{name}-gpu"' in (
+            refused.stderr
+        )
+        assert claims() == [f"{NAMESPACE}-{name}-gpu"]
+        plane.kubectl("delete", "resourceclaim", f"{NAMESPACE}-{name}-gpu", "-n", NAMESPACE)
+        # The negative card selectors: the API server refuses the claim, the webhook the pod.
+        for key, value in [(dra.NO_USE_TYPE, "A100"), (dra.NO_USE_UUID, "GPU-x,GPU-y")]:
+            body = share_pod("picky", 100, 1)
+            body["metadata"]["annotations"] = {key: value}
+            refused = plane.kubectl("create", "-f", "-", check=False, input=json.dumps(body))
+            assert 'admission webhook "mutate.hami.io" denied the request: failed to create ' in (
+                refused.stderr
+            )
+            assert "Syntax error: mismatched input 'not' expecting <EOF>" in refused.stderr
+            assert claims() == []
+        # The positive ones: the exact product name is placed, a part of it never is.
+        for name, product in [("exact", "NVIDIA A100-SXM4-80GB"), ("part", "A100")]:
+            body = share_pod(name, 100, 1)
+            body["metadata"]["annotations"] = {dra.USE_TYPE: product}
+            plane.kubectl("create", "-f", "-", input=json.dumps(body))
+        wait_placed(plane, "exact")
+        part = wait_unschedulable(plane, "part")
+        assert "cannot allocate all claims" in scheduled_condition(part)["message"]
+    finally:
+        hook.unregister()
+        hook.close()

@@ -22,7 +22,7 @@ import pytest
 import yaml
 from controlplane import ControlPlane
 
-from builders.hami import QUOTA_NAMESPACE, SCHEDULER_NAME, gpu_quota_manifest
+from builders.hami import QUOTA_NAMESPACE, gpu_quota_manifest
 from labcheck import sharing
 from labcheck.hami import (
     ANN_ALLOCATED,
@@ -94,7 +94,8 @@ def test_only_hamis_webhook_can_refuse_the_quota_example(control_plane, gpu_name
         requests = container["resources"]["requests"]  # defaulted from the limits
         asked = quantity_int(requests["nvidia.com/gpumem"])  # stored canonically: "24k"
         assert asked * quantity_int(requests["nvidia.com/gpu"]) > limit  # as HAMi counts it
-        assert pod["spec"]["schedulerName"] == SCHEDULER_NAME
+        # The example names no scheduler; only HAMi's webhook (not run here) would set its own.
+        assert pod["spec"]["schedulerName"] == "default-scheduler"
         quota = control_plane.get_json("resourcequota", "gpu-quota", "-n", QUOTA_NAMESPACE)
         assert quota["status"] == {"hard": {QUOTA_MEM_KEY: str(limit)}}
     finally:
