@@ -4,21 +4,19 @@ real tier (tests/real/test_workflows_lint.py)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
 import shlex
 import subprocess
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 import yaml
 
 from labconfig.model import KIND_NODE_IMAGE
 from preflight.checks import KIND_RELEASE, kube_proxy_conntrack_max
+from tests.support.modules import load_module
 from tests.support.pulumi_harness import FAKE_KUBECONFIG, PROJECT_DIR
 
 WORKFLOWS_DIR = PROJECT_DIR / ".github" / "workflows"
@@ -31,15 +29,6 @@ STACKS = sorted(path.name.split(".")[1] for path in PROJECT_DIR.glob("Pulumi.*.y
 PINNED_USE = re.compile(
     r"^\s*(?:-\s+)?uses:\s+([\w.-]+/[\w./-]+)@([0-9a-f]{40})\s+#\s+v\d+\.\d+\.\d+\s*$"
 )
-
-
-def load_module(name: str, path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 BINARIES = load_module("real_tier_binaries", PROJECT_DIR / "tests" / "real" / "binaries.py")
