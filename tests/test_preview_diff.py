@@ -146,6 +146,19 @@ def test_what_a_reviewer_sees_for_one_config_key():
     assert len(line) < 3 * D.WIDTH
 
 
+def test_the_docs_show_what_the_summary_says():
+    """docs/workflows.md's two examples are the renderer's lines for the two fixtures' pairs,
+    in order; the one-key example cut where it says `...`."""
+    text = (PROJECT_DIR / "docs" / "workflows.md").read_text()
+    key, commit = re.findall(r"```markdown\n(.*?)```", text, re.S)
+    rendered = D.render(D.diff_previews(preview("0393e00"), preview("0393e00-hamiSplitCount-8")))
+    remaining = iter(rendered.splitlines())
+    shown = [line for line in key.splitlines() if line != "..."]
+    assert all(line in remaining for line in shown)  # a subsequence
+    assert len(shown) < len(rendered.splitlines())
+    assert commit == D.render(D.diff_previews(preview("abcf10e"), preview("0393e00")))
+
+
 def test_a_preview_against_itself_is_no_difference():
     diff = D.diff_previews(preview("0393e00"), json.dumps(preview("0393e00")))
     assert diff.empty and diff.unchanged == 82
