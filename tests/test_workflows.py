@@ -4,21 +4,19 @@ real tier (tests/real/test_workflows_lint.py)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
 import shlex
 import subprocess
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 import yaml
 
 from labconfig.model import KIND_NODE_IMAGE
 from preflight.checks import KIND_RELEASE, kube_proxy_conntrack_max
+from tests.support.modules import load_module
 from tests.support.pulumi_harness import FAKE_KUBECONFIG, PROJECT_DIR
 
 WORKFLOWS_DIR = PROJECT_DIR / ".github" / "workflows"
@@ -31,15 +29,6 @@ STACKS = sorted(path.name.split(".")[1] for path in PROJECT_DIR.glob("Pulumi.*.y
 PINNED_USE = re.compile(
     r"^\s*(?:-\s+)?uses:\s+([\w.-]+/[\w./-]+)@([0-9a-f]{40})\s+#\s+v\d+\.\d+\.\d+\s*$"
 )
-
-
-def load_module(name: str, path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 BINARIES = load_module("real_tier_binaries", PROJECT_DIR / "tests" / "real" / "binaries.py")
@@ -510,6 +499,47 @@ def test_the_previews_use_a_throwaway_backend_and_a_passphrase_made_in_the_job()
     )
 
 
+def base_checkout() -> tuple[int, dict]:
+    (found,) = [
+        (i, step)
+        for i, step in enumerate(steps(PULL_REQUEST, "preview"))
+        if step.get("uses", "").startswith("actions/checkout@") and "ref" in step.get("with", {})
+    ]
+    return found
+
+
+PULL_REQUEST_ONLY = "github.event_name == 'pull_request'"
+
+
+def test_a_pull_requests_base_is_checked_out_beside_the_head_at_the_base_commit():
+    """The head is what GitHub checks out for a pull request (the pull request merged into its
+    base); the base is the commit it is merged into, so their difference is the change."""
+    at, base = base_checkout()
+    head = uses_index("actions/checkout", PULL_REQUEST, "preview")
+    assert head < at
+    assert steps(PULL_REQUEST, "preview")[head]["with"] == {"persist-credentials": False}
+    assert base["if"] == PULL_REQUEST_ONLY
+    assert base["with"]["ref"] == "${{ github.event.pull_request.base.sha }}"
+    assert base["with"]["persist-credentials"] is False
+    # Same action, same commit as every checkout (checked for all by the pin tests).
+    assert base["uses"] == steps(PULL_REQUEST, "preview")[head]["uses"]
+
+
+def test_the_base_gets_its_own_venv_and_the_preview_step_its_directory():
+    _, base = base_checkout()
+    directory = base["with"]["path"]
+    venv = step_running(f"make -C {directory} .venv/.installed", PULL_REQUEST, "preview")
+    assert venv["if"] == PULL_REQUEST_ONLY and isinstance(venv["timeout-minutes"], int)
+    preview = step_running('preview_stack.py "$STACK"', PULL_REQUEST, "preview")
+    assert preview["env"]["BASE_DIR"] == f"${{{{ {PULL_REQUEST_ONLY} && '{directory}' || '' }}}}"
+    order = [
+        index_running(f"make -C {directory}", PULL_REQUEST, "preview"),
+        index_running('preview_stack.py "$STACK"', PULL_REQUEST, "preview"),
+    ]
+    assert base_checkout()[0] < order[0] < order[1]
+    assert uses_index("actions/setup-python", PULL_REQUEST, "preview") < order[0]
+
+
 # -- .github/scripts/preview_stack.py ------------------------------------------------------------
 
 
@@ -582,9 +612,13 @@ def test_the_preview_goes_to_the_step_summary_with_its_exit_code(tmp_path, monke
     verdict = "planned" if exit_code == 0 else f"failed (exit {exit_code})"
     assert text.startswith(f"### `pulumi preview --stack gpu --diff`: {verdict}\n")
     assert "````text\nPreviewing update (gpu):\n  + 3 to create ```\n````\n" in text
-    # Said before the output: this is no diff, and why.
-    assert "\n**Not a diff.** " in text and "every resource shows as a create" in text
-    assert "No diff because a `schedule` run has no pull request to comment on.\n" in text
+    # Said before the output: this is no diff, and why; and no comparison either.
+    assert "\n**Not a diff against what is deployed.** " in text
+    assert "every resource in it is a create" in text
+    assert (
+        "No diff against the deployed stack because a `schedule` run has no pull request to "
+        "comment on.\n\nNo base to compare with either: only a pull request's run has one."
+    ) in text
 
 
 def test_the_previews_refuse_a_backend_that_is_not_a_throwaway_file_one(monkeypatch):
@@ -618,6 +652,174 @@ def test_a_throwaway_preview_outside_the_workflow_says_how_to_get_a_diff(tmp_pat
         monkeypatch.setenv(name, value)
     assert PREVIEW.main(["lab"]) == 0
     assert PREVIEW.HOW_TO_DIFF in (tmp_path / "summary.md").read_text()
+
+
+FAKE_PULUMI_JSON = """#!/bin/sh
+printf '%s|%s|%s\\n' "$PWD" "$PULUMI_BACKEND_URL" "$*" >> "$CALLS"
+[ "$1" = config ] && cat > /dev/null
+[ "$1" = preview ] || exit 0
+if [ "$PWD" = "$BASE_DIR" ]; then cat "$BASE_JSON"; exit "$BASE_EXIT"; fi
+cat "$HEAD_JSON"
+exit "$HEAD_EXIT"
+"""
+PREVIEWS = PROJECT_DIR / "tests" / "previews"
+WHY = "this pull request comes from the fork `someone/kamaji-hami-lab`: no secrets."
+
+
+def run_base_and_head(
+    tmp_path, monkeypatch, base: str, head: str, stack: str = "lab", base_exit=0, head_exit=0
+) -> tuple[int, str, list[list[str]]]:
+    """The preview step of a pull request's run, on a fake CLI that prints `base` in the base's
+    directory and `head` in the head's."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "pulumi").write_text(FAKE_PULUMI_JSON)
+    (bin_dir / "pulumi").chmod(0o755)
+    base_dir = tmp_path / "pr-base"
+    base_dir.mkdir()
+    (base_dir / "Pulumi.yaml").write_text("name: kamaji-hami-lab\n")
+    (tmp_path / "base.json").write_text(base)
+    (tmp_path / "head.json").write_text(head)
+    for name, value in {
+        "PATH": f"{bin_dir}:/usr/bin:/bin",
+        "CALLS": str(tmp_path / "calls"),
+        "BASE_DIR": str(base_dir),
+        "BASE_JSON": str(tmp_path / "base.json"),
+        "HEAD_JSON": str(tmp_path / "head.json"),
+        "BASE_EXIT": str(base_exit),
+        "HEAD_EXIT": str(head_exit),
+        "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md"),
+        "RUNNER_TEMP": str(tmp_path),
+        "PULUMI_BACKEND_URL": f"file://{tmp_path}/pulumi-backend",
+        "PULUMI_CONFIG_PASSPHRASE": "made-in-the-job",
+        "NOT_A_DIFF_BECAUSE": WHY,
+    }.items():
+        monkeypatch.setenv(name, value)
+    code = PREVIEW.main([stack])
+    calls = [line.split("|") for line in (tmp_path / "calls").read_text().splitlines()]
+    return code, (tmp_path / "summary.md").read_text(), calls
+
+
+def fixture(name: str) -> str:
+    return (PREVIEWS / f"{name}-lab.json").read_text()
+
+
+def test_a_pull_request_shows_what_its_change_adds_removes_and_changes(tmp_path, monkeypatch):
+    code, text, calls = run_base_and_head(
+        tmp_path, monkeypatch, fixture("abcf10e"), fixture("0393e00")
+    )
+    assert code == 0
+    assert text.startswith(
+        "### `lab`: head against base, both previewed from scratch: what the change adds, "
+        "removes and changes\n\nHead `"
+    )
+    assert "against base `?`, each previewed with `pulumi preview --stack lab --json`." in text
+    # The note it keeps: not what is deployed, and why.
+    assert "\n**Not a diff against what is deployed.** Each side was previewed" in text
+    assert f"No diff against the deployed stack because {WHY}\n" in text
+    assert (
+        "**1 changed, 0 added, 0 removed**, 81 unchanged.\n\n"
+        "Changed, input by input (base -> head):\n\n"
+        "- `validation-labcheck` (`command:local:Command`)\n"
+        "  - `triggers[4]`: `(none)` -> `(unknown until up)`\n"
+    ) in text
+    assert "`(unknown until up)`, an output of a resource not yet created" in text
+    # Each side in its own directory, on its own throwaway backend, base first.
+    backend = f"file://{tmp_path}/pulumi-backend"
+    previews = [(cwd, url) for cwd, url, args in calls if args.startswith("preview")]
+    assert previews == [
+        (str(tmp_path / "pr-base"), backend + "-base"),
+        (str(PROJECT_DIR), backend),
+    ]
+    assert [args for *_, args in calls if args.startswith("preview")] == [
+        "preview --stack lab --json --non-interactive"
+    ] * 2
+    assert (tmp_path / "pulumi-backend-base").is_dir()
+    kept = tmp_path / "previews"
+    assert (kept / "base" / "preview-lab.json").read_text() == fixture("abcf10e")
+
+
+def test_both_sides_get_the_stand_ins(tmp_path, monkeypatch):
+    _, _, calls = run_base_and_head(
+        tmp_path, monkeypatch, fixture("0393e00"), fixture("0393e00"), "nvml"
+    )
+    for cwd, backend in ((str(tmp_path / "pr-base"), "-base"), (str(PROJECT_DIR), "backend")):
+        side = [args for where, url, args in calls if where == cwd and url.endswith(backend)]
+        assert side[:2] == ["stack select --create lab --non-interactive", side[1]]
+        assert side[1].startswith("stack import --stack lab --file ")
+        assert side[2:] == [
+            "stack select --create nvml --non-interactive",
+            "preview --stack nvml --json --non-interactive",
+        ]
+
+
+def test_one_config_key_in_the_summary(tmp_path, monkeypatch):
+    _, text, _ = run_base_and_head(
+        tmp_path, monkeypatch, fixture("0393e00"), fixture("0393e00-hamiSplitCount-8")
+    )
+    assert "**9 changed, 0 added, 0 removed**, 73 unchanged; 1 config key changed." in text
+    assert '- `kamaji-hami-lab:hamiSplitCount`: `"10"` -> `"8"`\n' in text
+
+
+def failed(message: str) -> str:
+    return json.dumps(
+        {
+            "config": {},
+            "steps": [],
+            "diagnostics": [
+                {"message": "Traceback (most recent call last):\n", "severity": "info#err"},
+                {"message": message + "\n", "severity": "error"},
+            ],
+        }
+    )
+
+
+def test_a_head_that_does_not_preview_fails_the_job_with_its_errors(tmp_path, monkeypatch):
+    code, text, _ = run_base_and_head(
+        tmp_path, monkeypatch, fixture("0393e00"), failed("error: boom"), head_exit=255
+    )
+    assert code == 255
+    assert "**The head's preview failed (exit 255)**, so there is no comparison." in text
+    assert "````text\nTraceback (most recent call last):\nerror: boom\n````\n" in text
+    assert "changed, " not in text
+
+
+def test_a_base_that_does_not_preview_is_said_and_the_head_decides(tmp_path, monkeypatch, capsys):
+    code, text, _ = run_base_and_head(
+        tmp_path, monkeypatch, failed("error: old"), fixture("0393e00"), base_exit=1
+    )
+    assert code == 0
+    assert "**The base's preview failed (exit 1)**, so there is nothing to compare with; " in text
+    assert "the head's planned 80 to create. The base's errors:" in text
+    assert "error: old" in text
+    assert (
+        "::warning title=No comparison for lab::the base's preview failed"
+        in capsys.readouterr().out
+    )
+
+
+def test_a_head_that_prints_no_json_fails(tmp_path, monkeypatch):
+    code, text, _ = run_base_and_head(tmp_path, monkeypatch, fixture("0393e00"), "oops")
+    assert code == 1
+    assert "**The head's preview failed (no JSON printed)**" in text
+
+
+def test_warnings_only_the_head_gives_are_shown(tmp_path, monkeypatch):
+    head = json.loads(fixture("0393e00"))
+    head["diagnostics"] = [{"message": "warning: deprecated thing\n", "severity": "warning"}]
+    _, text, _ = run_base_and_head(tmp_path, monkeypatch, fixture("0393e00"), json.dumps(head))
+    assert "**No difference**: both plan the same 82 resources" in text
+    assert (
+        "Warnings only the head's preview gives:\n\n````text\nwarning: deprecated thing\n" in text
+    )
+
+
+def test_a_base_directory_without_a_project_stops_the_step(tmp_path, monkeypatch):
+    monkeypatch.setenv("BASE_DIR", str(tmp_path))
+    monkeypatch.setenv("PULUMI_BACKEND_URL", f"file://{tmp_path}/b")
+    monkeypatch.setenv("PULUMI_CONFIG_PASSPHRASE", "x")
+    with pytest.raises(SystemExit, match="holds no Pulumi project"):
+        PREVIEW.main(["lab"])
 
 
 # -- .github/scripts/preview_stack.py --mode -----------------------------------------------------

@@ -19,11 +19,16 @@ no runner, a secret missing on a pull request that would get it) fails the step.
 backend holds STACK: one never brought up there has nothing to diff against, and is skipped
 with a note rather than created.
 
-`STACK` (job `preview`) previews one stack on a throwaway local backend, the preview's output in
-the job summary, headed by why it is not a diff. It runs with PULUMI_BACKEND_URL (file://, a
-fresh directory) and PULUMI_CONFIG_PASSPHRASE (made up in the job) set, and `pulumi` on PATH. No
-secret of the repository is needed, so a pull request from a fork gets its previews too. The
-stacks that need what a user would have set get stand-ins, as the real tier gives them
+`STACK` (job `preview`) previews one stack on a throwaway local backend. With BASE_DIR set (a
+pull request's run: the base checked out there) it previews the base too, on a second
+throwaway backend, both with `pulumi preview --json`, and the job summary shows what the head
+adds, removes and changes against the base, input by input (preview_diff.py). Without it (the
+nightly run: no base) the summary holds the head's `pulumi preview --diff` output. Either way
+the summary says why this is not a diff against what is deployed. It runs with
+PULUMI_BACKEND_URL (file://, a fresh directory; the base's is the same path + `-base`) and
+PULUMI_CONFIG_PASSPHRASE (made up in the job) set, and `pulumi` on PATH. No secret of the
+repository is needed, so a pull request from a fork gets its previews too. The stacks that need
+what a user would have set get stand-ins, as the real tier gives them
 (tests/real/pulumi_workspace.py):
 
 - gpu: its two secrets, set with `pulumi config set --secret` as Pulumi.gpu.yaml says;
@@ -31,7 +36,8 @@ stacks that need what a user would have set get stand-ins, as the real tier give
   through their StackReference (Pulumi.nvml.yaml, Pulumi.dra.yaml: "bring up `lab` first").
 
 The stand-in kubeconfig points at a closed loopback port: the Kubernetes provider then previews
-against an unreachable cluster, as before a first `make up`. The exit code is the preview's.
+against an unreachable cluster, as before a first `make up`. The exit code is the head's
+preview's: a base that does not preview is said in the summary and a warning.
 """
 
 from __future__ import annotations
@@ -44,6 +50,10 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from preview_diff import code, diff_previews, render
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 PROJECT = "kamaji-hami-lab"
@@ -160,7 +170,9 @@ def mode_summary(mode: Mode) -> str:
     return (
         "### Previews: throwaway, not diffs\n\n"
         f"No diff against the deployed stacks on this run: {mode.why}. Each stack is previewed "
-        "on an empty throwaway backend instead, where every resource shows as a create. "
+        "on an empty throwaway backend instead, where every resource shows as a create. On a "
+        "pull request its base is previewed the same way, and each `preview` job's summary "
+        "shows what the change adds, removes and changes against it, input by input. "
         f"{mode.hint}".rstrip()
         + "\n"
     )
@@ -281,26 +293,112 @@ def preview_args(stack: str) -> list[str]:
     return ["preview", "--stack", stack, "--diff", "--color", "never"]
 
 
+NOT_DEPLOYED = (
+    "**Not a diff against what is deployed.** {what} on an empty throwaway backend with "
+    "stand-in secrets and state, so every resource in {it} is a create. No diff against the "
+    "deployed stack because {why}"
+)
+
+
 def summary(stack: str, returncode: int, output: str, why: str) -> str:
+    """A run without a base (the nightly run): the head's `pulumi preview --diff` output."""
     verdict = "planned" if returncode == 0 else f"failed (exit {returncode})"
     if len(output) > SUMMARY_LIMIT:
         output = output[:SUMMARY_LIMIT] + "\n... (cut here: the job log has the whole preview)"
+    note = NOT_DEPLOYED.format(what="This preview ran", it="it", why=why)
     # A fence longer than any backtick run Pulumi prints.
     return (
         f"### `pulumi preview --stack {stack} --diff`: {verdict}\n\n"
-        "**Not a diff.** This preview ran on an empty throwaway backend with stand-in secrets "
-        "and state, so every resource shows as a create: it shows that the stack previews from "
-        f"scratch, not what this change changes in the deployed stack. No diff because {why}\n\n"
+        f"{note}\n\nNo base to compare with either: only a pull request's run has one. This "
+        "shows that the stack previews from scratch, not what a change changes.\n\n"
         f"<details open><summary>output</summary>\n\n{FENCE}text\n{output.rstrip()}\n{FENCE}\n\n"
         "</details>\n"
     )
 
 
-def pulumi(args: Sequence[str], stdin: str | None = None) -> tuple[int, str]:
-    """Runs the CLI in the project, its output shown as it comes and returned."""
+@dataclass(frozen=True)
+class Preview:
+    """One side's `pulumi preview --json`: which checkout, its exit code, its digest."""
+
+    rev: str
+    returncode: int
+    digest: dict[str, Any] | None  # None: the CLI printed no JSON
+
+    @property
+    def planned(self) -> bool:
+        return self.returncode == 0 and self.digest is not None
+
+    @property
+    def failure(self) -> str:
+        return f"exit {self.returncode}" if self.returncode else "no JSON printed"
+
+    def diagnostics(self, *severities: str) -> list[str]:
+        """The messages of these severities, in order (`info#err`: the program's stderr)."""
+        entries = (self.digest or {}).get("diagnostics") or ()
+        return [entry["message"].strip() for entry in entries if entry["severity"] in severities]
+
+    def counts(self) -> str:
+        found = (self.digest or {}).get("changeSummary") or {}
+        return ", ".join(f"{count} to {op}" for op, count in sorted(found.items())) or "nothing"
+
+
+def messages(lines: Sequence[str]) -> str:
+    text = "\n".join(lines) or "(none: the job log has the CLI's output)"
+    if len(text) > 20_000:
+        text = text[:20_000] + "\n... (cut here: the job log has the rest)"
+    return f"{FENCE}text\n{text}\n{FENCE}\n"
+
+
+def base_head_summary(stack: str, base: Preview, head: Preview, why: str) -> str:
+    """A pull request's run: what the head adds, removes and changes against the base."""
+    note = NOT_DEPLOYED.format(what="Each side was previewed", it="either", why=why)
+    text = (
+        f"### `{stack}`: head against base, both previewed from scratch: what the change adds, "
+        "removes and changes\n\n"
+        f"Head {code(head.rev)} (the pull request merged into its base) against base "
+        f"{code(base.rev)}, each previewed with `pulumi preview --stack {stack} --json`.\n\n"
+        f"{note}\n\n"
+    )
+    if not head.planned:
+        return text + (
+            f"**The head's preview failed ({head.failure})**, so there is no "
+            f"comparison. Its errors:\n\n{messages(head.diagnostics('info#err', 'error'))}"
+        )
+    if not base.planned:
+        return text + (
+            f"**The base's preview failed ({base.failure})**, so there is nothing to "
+            f"compare with; the head's planned {head.counts()}. The base's errors:\n\n"
+            f"{messages(base.diagnostics('info#err', 'error'))}"
+        )
+    assert base.digest is not None and head.digest is not None
+    diff = diff_previews(base.digest, head.digest)
+    text += render(diff)
+    if not diff.empty:
+        text += (
+            "\nRead as: `(none)`, not there on that side; `(unknown until up)`, an output of a "
+            "resource not yet created, so a change in it does not show; `[secret]`, a secret, "
+            "whose change does not show either; `[preview id]`, an ID the preview makes up "
+            "anew on each run.\n"
+        )
+    new = [line for line in head.diagnostics("warning") if line not in base.diagnostics("warning")]
+    if new:
+        text += f"\nWarnings only the head's preview gives:\n\n{messages(new)}"
+    if len(text) > SUMMARY_LIMIT:
+        text = text[:SUMMARY_LIMIT] + "\n\n... (cut here: the job log has the whole comparison)\n"
+    return text
+
+
+def pulumi(
+    args: Sequence[str],
+    stdin: str | None = None,
+    cwd: Path = PROJECT_DIR,
+    env: Mapping[str, str] | None = None,
+) -> tuple[int, str]:
+    """Runs the CLI in a project, its output shown as it comes and returned."""
     process = subprocess.Popen(
         ["pulumi", *args, "--non-interactive"],
-        cwd=PROJECT_DIR,
+        cwd=cwd,
+        env=env,
         stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -318,6 +416,61 @@ def pulumi(args: Sequence[str], stdin: str | None = None) -> tuple[int, str]:
     return process.wait(), "".join(lines)
 
 
+def make_previewable(stack: str, project: Path, env: Mapping[str, str] | None, workdir: Path):
+    workdir.mkdir(parents=True, exist_ok=True)
+    for args, stdin in stand_ins(stack, fake_kubeconfig(), workdir):
+        returncode, _ = pulumi(args, stdin, project, env)
+        if returncode != 0:
+            raise SystemExit(f"pulumi {' '.join(args)} failed ({returncode})")
+
+
+def revision(project: Path) -> str:
+    found = subprocess.run(
+        ["git", "-C", str(project), "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+    )
+    return found.stdout.strip() if found.returncode == 0 and found.stdout.strip() else "?"
+
+
+def preview_json(stack: str, project: Path, env: Mapping[str, str], workdir: Path) -> Preview:
+    """One side's preview from scratch, its JSON kept in `workdir` and its stderr in the log."""
+    make_previewable(stack, project, env, workdir)
+    print(f"pulumi preview --stack {stack} --json in {project} ...", flush=True)
+    result = subprocess.run(
+        ["pulumi", "preview", "--stack", stack, "--json", "--non-interactive"],
+        cwd=project,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    (workdir / f"preview-{stack}.json").write_text(result.stdout)
+    try:
+        digest = json.loads(result.stdout)
+    except ValueError:
+        print(result.stdout)
+        digest = None
+    return Preview(revision(project), result.returncode, digest)
+
+
+def run_base_and_head(stack: str, base_dir: Path, workdir: Path, why: str) -> int:
+    if not (base_dir / "Pulumi.yaml").is_file():
+        raise SystemExit(f"BASE_DIR={base_dir} holds no Pulumi project: check the base out there")
+    head_env = dict(os.environ)
+    backend = head_env["PULUMI_BACKEND_URL"].rstrip("/") + "-base"
+    Path(backend.removeprefix("file://")).mkdir(parents=True, exist_ok=True)
+    base_env = head_env | {"PULUMI_BACKEND_URL": backend}
+    base = preview_json(stack, base_dir.resolve(), base_env, workdir / "base")
+    head = preview_json(stack, PROJECT_DIR, head_env, workdir / "head")
+    text = base_head_summary(stack, base, head, why)
+    print(text)
+    append("GITHUB_STEP_SUMMARY", text)
+    if head.planned and not base.planned:
+        print(annotation("warning", f"No comparison for {stack}", "the base's preview failed"))
+    return 0 if head.planned else (head.returncode or 1)
+
+
 def main(argv: Sequence[str]) -> int:
     usage = f"usage: preview_stack.py --mode | --deployed STACK | STACK  ({'|'.join(STACKS)})"
     if list(argv) == ["--mode"]:
@@ -333,12 +486,11 @@ def main(argv: Sequence[str]) -> int:
     if not os.environ["PULUMI_BACKEND_URL"].startswith("file://"):
         raise SystemExit("PULUMI_BACKEND_URL must be a file:// backend made for this job")
     workdir = Path(os.environ.get("RUNNER_TEMP") or PROJECT_DIR)
-    for args, stdin in stand_ins(stack, fake_kubeconfig(), workdir):
-        returncode, _ = pulumi(args, stdin)
-        if returncode != 0:
-            raise SystemExit(f"pulumi {' '.join(args)} failed ({returncode})")
-    returncode, output = pulumi(preview_args(stack))
     why = os.environ.get("NOT_A_DIFF_BECAUSE") or f"this run knows no backend. {HOW_TO_DIFF}"
+    if os.environ.get("BASE_DIR"):
+        return run_base_and_head(stack, Path(os.environ["BASE_DIR"]), workdir / "previews", why)
+    make_previewable(stack, PROJECT_DIR, None, workdir)
+    returncode, output = pulumi(preview_args(stack))
     append("GITHUB_STEP_SUMMARY", summary(stack, returncode, output, why))
     return returncode
 
