@@ -136,5 +136,36 @@ def test_the_docs_state_no_test_counts():
     assert sorted(counts) == []
 
 
+def heading_anchors(text: str) -> set[str]:
+    """The anchors GitHub gives a Markdown file's headings (code blocks left out)."""
+    text = re.sub(r"^```.*?^```", "", text, flags=re.M | re.S)
+    return {
+        re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        for heading in re.findall(r"^#+ (.+)$", text, re.M)
+    }
+
+
+def test_the_docs_links_to_a_section_of_a_doc_find_it():
+    """A passage moved between docs (user docs to docs/evidence.md) takes its anchor along."""
+    docs = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    broken = {
+        f"{doc.relative_to(ROOT)}: {target}#{anchor}"
+        for doc in docs
+        for target, anchor in re.findall(r"\]\(([\w./-]*\.md)#([\w-]+)\)", doc.read_text())
+        if anchor not in heading_anchors(((doc.parent / target) if target else doc).read_text())
+    }
+    assert sorted(broken) == []
+
+
+def test_the_user_docs_link_the_evidence_they_moved_out():
+    """Each user doc keeps what to do and what you see; how it is tested is in docs/evidence.md,
+    one section per user doc, linked both ways."""
+    evidence = (ROOT / "docs/evidence.md").read_text()
+    user_docs = re.findall(r"^The user doc: \[([\w.-]+\.md)\]", evidence, re.M)
+    assert user_docs
+    for name in user_docs:
+        assert "evidence.md#" in (ROOT / "docs" / name).read_text(), name
+
+
 def test_the_doc_path_scan_finds_paths():
     assert doc_paths("see `labconfig/parse.py` and `tests/*.py`") == {"labconfig/parse.py"}
