@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -93,3 +94,18 @@ def test_a_pod_group_members_bind_waits_for_the_node_lock_up_to_the_flag_the_pro
     args = hami_values(TENANT_B, 10, "5m")["scheduler"]["extender"]["extraArgs"]
     retry = [a for a in args if a.startswith("--node-lock-retry-timeout=")]
     assert retry == ["--node-lock-retry-timeout=28s"]
+
+
+@pytest.mark.upstream("hami-v2.10-pod-group-bind-waits-for-lock")
+def test_the_pod_group_label_was_read_in_the_hami_the_program_pins():
+    """The lab labels every GPU pod a PodGroup member only for Bind's lock retry. That HAMi reads
+    the label nowhere else was checked in one HAMi version's source; a bump of the pinned chart
+    fails here until the fact is read again in the new version (and its version updated)."""
+    from labconfig.model import LabConfig
+    from tests.test_upstream_facts import fact_entries
+
+    fact = fact_entries()["hami-v2.10-pod-group-bind-waits-for-lock"]
+    checked = re.search(r"Checked at (v[0-9.]+) \(", fact)
+    pinned = LabConfig.model_fields["hami_chart_version"].default
+    assert checked and checked.group(1) == f"v{pinned}"
+    assert "has no other use in HAMi " + checked.group(1) in " ".join(fact.split())
