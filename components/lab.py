@@ -194,8 +194,9 @@ def build_tenant(
             split_count=cfg.hami_split_count,
             node_lock_timeout=cfg.hami_node_lock_timeout,
             provider=control_plane.provider,
-            depends_on=[gpu_nodes or cni, *_present(control_plane.policy_api_ready)],
+            depends_on=[gpu_nodes or cni],
             chart=cfg.chart("hami"),
+            policy_gate=_present(control_plane.policy_api_ready),
         ),
         child,
     )
@@ -208,7 +209,8 @@ def build_tenant(
                 split_count=cfg.hami_split_count,
                 image=cfg.gpu_agent_image,
                 provider=control_plane.provider,
-                depends_on=[hami],
+                depends_on=[hami.release],
+                policy_gate=_present(control_plane.policy_api_ready),
             ),
             child,
         )

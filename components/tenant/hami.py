@@ -32,6 +32,9 @@ class HamiArgs:
     provider: k8s.Provider
     depends_on: list[pulumi.Resource]
     chart: ChartLocation = field(default_factory=lambda: upstream_chart("hami"))
+    # What the lock-wait policy alone waits for (the tenant serving the policy API): a tenant
+    # whose API server never serves it still gets HAMi, only without the wait.
+    policy_gate: list[pulumi.Resource] = field(default_factory=list)
 
 
 class Hami(pulumi.ComponentResource):
@@ -40,7 +43,7 @@ class Hami(pulumi.ComponentResource):
     ) -> None:
         super().__init__("kamaji-hami-lab:index:Hami", name, None, opts)
         on_tenant = pulumi.ResourceOptions(parent=self, provider=args.provider)
-        # After the CNI (or GPU nodes) and the gate on the tenant's policy API (components/lab.py).
+        # After the CNI (or GPU nodes); the lock-wait policy also after the policy-API gate.
         after_nodes = pulumi.ResourceOptions.merge(
             on_tenant, pulumi.ResourceOptions(depends_on=args.depends_on)
         )
@@ -71,7 +74,11 @@ class Hami(pulumi.ComponentResource):
         )
         # Every GPU pod HAMi places waits for its node lock in Bind (docs/placement-time.md).
         self.lock_wait_policy = admission_policy_resources(
-            name, policy_manifests(args.tenant), after_nodes
+            name,
+            policy_manifests(args.tenant),
+            pulumi.ResourceOptions.merge(
+                after_nodes, pulumi.ResourceOptions(depends_on=args.policy_gate)
+            ),
         )
         self.quota = None
         if args.tenant.gpu_quota_mb:

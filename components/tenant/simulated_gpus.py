@@ -6,7 +6,7 @@ shipped in a ConfigMap and run on a stock Python image: no image build, no regis
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -27,6 +27,8 @@ class SimulatedGpusArgs:
     image: str
     provider: k8s.Provider
     depends_on: list[pulumi.Resource]
+    # What the registration policy alone waits for (the tenant serving the policy API).
+    policy_gate: list[pulumi.Resource] = field(default_factory=list)
 
 
 class SimulatedGpus(pulumi.ComponentResource):
@@ -73,7 +75,9 @@ class SimulatedGpus(pulumi.ComponentResource):
         self.registration_policy = admission_policy_resources(
             f"{name}-registration",
             registration_policy_manifests(args.tenant, args.split_count),
-            pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=args.depends_on)),
+            pulumi.ResourceOptions.merge(
+                child, pulumi.ResourceOptions(depends_on=[*args.depends_on, *args.policy_gate])
+            ),
         )
         self.inventory = config["nodes"]
         self.register_outputs({"inventory": self.inventory})

@@ -99,3 +99,15 @@ def test_both_policy_sets_wait_for_the_gate(lab: ProgramRun, tenant: str):
         f"{tenant}-simulated-gpus-registration-mutatingadmissionpolicy",
     ):
         assert gate.urn in lab.depends_on(lab.named(policy).urn), policy
+
+
+@pytest.mark.parametrize("tenant", ["tenant-a", "tenant-b"])
+def test_only_the_policies_wait_for_the_gate(lab: ProgramRun, tenant: str):
+    """A tenant whose API server never serves the policy API still gets HAMi and its agent:
+    the policies speed placement up and may fail alone (their failure policy is Ignore)."""
+    gate = lab.named(f"{tenant}-policy-api-ready")
+    for part in (f"{tenant}-hami-chart", f"{tenant}-simulated-gpus-agent"):
+        assert gate.urn not in lab.depends_on(lab.named(part).urn), part
+    # The agent still starts after HAMi's release (the scheduler reads what it registers).
+    chart = lab.named(f"{tenant}-hami-chart")
+    assert chart.urn in lab.depends_on(lab.named(f"{tenant}-simulated-gpus-agent").urn)
