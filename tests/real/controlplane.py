@@ -619,9 +619,18 @@ class ControlPlane:
         check: bool = True,
         timeout: float = 60,
     ) -> subprocess.CompletedProcess[str]:
-        """Run the pinned kubectl as ``user``; with ``check``, a failure raises with its stderr."""
+        """Run the pinned kubectl as ``user``; with ``check``, a failure raises with its stderr.
+
+        Its discovery cache is this control plane's own: kubectl keys the cache by host and port
+        (10 min), and a port freed by an earlier API server of the run may be handed out again,
+        so a shared cache could describe another server's APIs."""
         result = subprocess.run(
-            [str(bin_path("kubectl")), f"--kubeconfig={self.kubeconfig(user)}", *args],
+            [
+                str(bin_path("kubectl")),
+                f"--kubeconfig={self.kubeconfig(user)}",
+                f"--cache-dir={self.workdir / 'kubectl-cache'}",
+                *args,
+            ],
             input=input,
             capture_output=True,
             text=True,
