@@ -173,6 +173,22 @@ def pick_card(cards: list[CardState], mem: int, cores: int, policy: str) -> Card
     return max(fitting, key=lambda ic: (sign * ic[1].score(), ic[0]))[1]
 
 
+def take_cards(cards: list[CardState], mem: int, cores: int, gpus: int, policy: str) -> list[str]:
+    """Predict the `gpus` distinct cards HAMi gives a container (each fitting its slice) and
+    take them; their ids, or [] with nothing taken when fewer fit."""
+    left: list[CardState] = list(cards)
+    chosen: list[CardState] = []
+    for _ in range(gpus):
+        card = pick_card(left, mem, cores, policy)
+        if card is None:
+            return []
+        chosen.append(card)
+        left.remove(card)
+    for card in chosen:
+        card.take(mem, cores)
+    return [c.id for c in chosen]
+
+
 @dataclass
 class Prediction:
     cards: list[str] = field(default_factory=list)  # card id per pod, "" when none fits

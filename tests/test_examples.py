@@ -11,7 +11,7 @@ import yaml
 
 from builders.hami import QUOTA_NAMESPACE, gpu_quota_manifest
 from labcheck import dra
-from labcheck.hami import QUOTA_MEM_KEY, RES_CORES, RES_GPU, RES_MEM, CardState, pick_card
+from labcheck.hami import QUOTA_MEM_KEY, RES_CORES, RES_GPU, RES_MEM, CardState, take_cards
 from labconfig.model import TenantConfig
 from labconfig.parse import parse_config
 from planning.gpu_inventory import node_inventory
@@ -86,18 +86,8 @@ def cards(tenant_name: str) -> list[CardState]:
 
 
 def place(on: list[CardState], ask: Ask, policy: str) -> list[str]:
-    """The cards HAMi gives the pod: `gpus` distinct cards that each fit its slice, chosen as
-    labcheck predicts HAMi's choice; [] (and nothing taken) when fewer fit."""
-    left, chosen = list(on), []
-    for _ in range(ask.gpus):
-        card = pick_card(left, ask.mem_mb, ask.cores, policy)
-        if card is None:
-            return []
-        chosen.append(card)
-        left.remove(card)
-    for card in chosen:
-        card.take(ask.mem_mb, ask.cores)
-    return [c.id for c in chosen]
+    """The cards HAMi gives the pod, as labcheck predicts HAMi's choice; [] when fewer fit."""
+    return take_cards(on, ask.mem_mb, ask.cores, ask.gpus, policy)
 
 
 def quota_mb(tenant_name: str) -> int:

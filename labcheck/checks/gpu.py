@@ -240,7 +240,7 @@ def gpu_pods(
     names: list[str] = []
     notes = [] if notes is None else notes
     if wait:
-        _skip_unless_room(cl, t, bodies, one_card)
+        room.skip_unless_room(t, cl.get_node, cl.list_pods(), bodies, one_card=one_card)
     try:
         waited = _webhook_ready(ctx, t)
         if waited >= ctx.poll_seconds:
@@ -272,13 +272,6 @@ def gpu_pods(
     finally:
         with contextlib.suppress(ClusterError, WaitTimeout, CheckFailed):
             ctx.delete_pods(cl, ns, names)  # leftovers stay tracked for the final cleanup
-
-
-def _skip_unless_room(cl: Cluster, t: Tenant, bodies: list[Obj], one_card: bool) -> None:
-    pods = cl.list_pods()
-    if room.holders(pods, t.gpu_nodes()):  # the nodes are read only when someone else holds room
-        nodes = {n: cl.get_node(n) for n in t.gpu_nodes()}
-        room.skip_unless_room(t, nodes, pods, bodies, one_card=one_card)
 
 
 def _read_cards(cl: Cluster, t: Tenant) -> TenantMap:

@@ -9,7 +9,7 @@ lab's)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from .. import MANAGED_BY_LABEL, MANAGED_BY_VALUE
@@ -23,8 +23,8 @@ from ..hami import (
     apply_usage,
     holds_slices_on,
     node_cards,
-    pick_card,
     quantity_int,
+    take_cards,
 )
 from ..result import CheckSkipped
 from ..spec import Tenant
@@ -57,32 +57,25 @@ def ask_of(body: Obj, nodes: Sequence[str], default_policy: str) -> Ask:
     )
 
 
-def _place(cards: list[CardState], ask: Ask) -> list[str]:
-    """Take `ask.gpus` distinct cards for the pod (HAMi gives a container different cards);
-    the ids taken, none when it does not fit."""
-    free = list(cards)
-    chosen = []
-    for _ in range(ask.gpus):
-        card = pick_card(free, ask.mem_mb, ask.cores, ask.policy)
-        if card is None:
-            return []
-        chosen.append(card)
-        free.remove(card)
-    for card in chosen:
-        card.take(ask.mem_mb, ask.cores)
-    return [c.id for c in chosen]
-
-
 def all_placed(cards: dict[str, list[CardState]], asks: Sequence[Ask], *, one_card: bool) -> bool:
     """Whether every ask finds its cards, in order, on the cards as they are used now (HAMi's
     own fit rules, labcheck.hami.CardState.fits); with `one_card`, all on the same card."""
     taken: set[str] = set()
     for ask in asks:
-        ids = next((ids for n in ask.nodes if n in cards and (ids := _place(cards[n], ask))), [])
+        ids = _first_node_with_room(cards, ask)
         if not ids:
             return False
         taken.update(ids)
     return not one_card or len(taken) <= 1
+
+
+def _first_node_with_room(cards: dict[str, list[CardState]], ask: Ask) -> list[str]:
+    for node in ask.nodes:
+        if node in cards and (
+            ids := take_cards(cards[node], ask.mem_mb, ask.cores, ask.gpus, ask.policy)
+        ):
+            return ids
+    return []
 
 
 def _is_labchecks(pod: Obj) -> bool:
@@ -100,18 +93,20 @@ def holders(pods: Sequence[Obj], nodes: Sequence[str]) -> list[str]:
 
 
 def skip_unless_room(
-    t: Tenant, nodes: dict[str, Obj], pods: Sequence[Obj], bodies: Sequence[Obj], *,
+    t: Tenant, get_node: Callable[[str], Obj], pods: Sequence[Obj], bodies: Sequence[Obj], *,
     one_card: bool = False,
 ) -> None:  # fmt: skip
-    """Raise CheckSkipped when the tenant's own GPU pods hold the room `bodies` need."""
-    held_by = holders(pods, list(nodes))
+    """Raise CheckSkipped when the tenant's own GPU pods hold the room `bodies` need. The
+    tenant's GPU nodes are read (`get_node`) only when pods not labcheck's hold slices there."""
+    nodes = t.gpu_nodes()
+    held_by = holders(pods, nodes)
     if not held_by:
         return
     cards = {}
-    for name, node in nodes.items():
-        cards[name] = node_cards(node)
+    for name in nodes:
+        cards[name] = node_cards(get_node(name))
         apply_usage(cards[name], list(pods), name)
-    asks = [ask_of(b, list(nodes), t.scheduler_policy.gpu) for b in bodies]
+    asks = [ask_of(b, nodes, t.scheduler_policy.gpu) for b in bodies]
     if all_placed(cards, asks, one_card=one_card):
         return
     shown = ", ".join(held_by[:SHOWN_HOLDERS])
