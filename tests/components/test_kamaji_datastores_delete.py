@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from builders.scripts import kamaji_datastores_delete_script
-from tests.support.fake_tools import fake_tools, tool_env
+from tests.support.fake_tools import script_run
 from tests.support.pulumi_harness import ProgramRun
 
 # `get` answers as $REACHABLE says; `delete` succeeds unless $DELETE_FAILS.
@@ -31,28 +31,19 @@ SELECTOR = "-l app.kubernetes.io/instance=kamaji"
 
 @pytest.fixture
 def step(tmp_path: Path):
-    calls = fake_tools(tmp_path, {"kubectl": FAKE_KUBECTL})
-    state = tmp_path / "state"
-    state.mkdir()
+    runner = script_run(tmp_path, {"kubectl": FAKE_KUBECTL})
 
     def run(reachable: bool = True, delete_fails: bool = False) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            ["/bin/sh", "-c", kamaji_datastores_delete_script(timeout_seconds=7)],
-            env={
-                **tool_env(tmp_path),
-                "STATE": str(state),
-                "REACHABLE": "yes" if reachable else "no",
-                "DELETE_FAILS": "1" if delete_fails else "",
-                "LAB_KUBECONFIG": "management-kubeconfig",
-                "RELEASE": "kamaji",
-            },
-            capture_output=True,
-            text=True,
-            timeout=30,
+        return runner(
+            kamaji_datastores_delete_script(timeout_seconds=7),
+            REACHABLE="yes" if reachable else "no",
+            DELETE_FAILS="1" if delete_fails else "",
+            LAB_KUBECONFIG="management-kubeconfig",
+            RELEASE="kamaji",
         )
 
-    run.calls = calls  # type: ignore[attr-defined]
-    run.state = state  # type: ignore[attr-defined]
+    run.calls = runner.calls  # type: ignore[attr-defined]
+    run.state = runner.state  # type: ignore[attr-defined]
     return run
 
 

@@ -14,15 +14,18 @@ from pathlib import Path
 import pytest
 
 from builders.scripts import admission_policy_api_wait_script
+from tests.support.fake_tools import NEXT_ANSWER, script_run
 from tests.support.pulumi_harness import ProgramRun
 
 # Answers each `kubectl get --raw` with the next word of $ANSWERS: y (served), n (the group
 # without the resource), x (no answer); the kubeconfig it was given is kept.
-FAKE_KUBECTL = r"""#!/bin/sh
+FAKE_KUBECTL = (
+    r"""
 echo "kubectl $*" >> "$CALLS"
 cp "$KUBECONFIG" "$STATE/kubeconfig-seen"
-n=$(cat "$STATE/n" 2>/dev/null || echo 0); echo $((n + 1)) > "$STATE/n"
-answer=$(echo $ANSWERS | cut -d' ' -f$((n + 1)))
+"""
+    + NEXT_ANSWER
+    + r"""
 list='{"kind":"APIResourceList","resources":['
 case "$answer" in
   y) echo "$list"'{"name":"mutatingadmissionpolicies"}]}' ;;
@@ -31,36 +34,24 @@ case "$answer" in
      exit 1 ;;
 esac
 """
+)
 SERVED = "mutatingadmissionpolicies served in admissionregistration.k8s.io/v1beta1"
 
 
 @pytest.fixture
 def gate(tmp_path: Path):
-    bin_dir, state = tmp_path / "bin", tmp_path / "state"
-    bin_dir.mkdir()
-    state.mkdir()
-    (bin_dir / "kubectl").write_text(FAKE_KUBECTL)
-    (bin_dir / "kubectl").chmod(0o755)
+    runner = script_run(tmp_path, {"kubectl": FAKE_KUBECTL})
 
     def run(answers: str, timeout_seconds: int = 300) -> subprocess.CompletedProcess[str]:
-        script = admission_policy_api_wait_script(timeout_seconds, interval_seconds=0)
-        return subprocess.run(
-            ["/bin/sh", "-c", script],
-            env={
-                "PATH": f"{bin_dir}:/usr/bin:/bin",
-                "CALLS": str(tmp_path / "calls"),
-                "STATE": str(state),
-                "ANSWERS": answers,
-                "LAB_KUBECONFIG": "tenant-admin-kubeconfig",
-                "POLICY_API": "admissionregistration.k8s.io/v1beta1",
-            },
-            capture_output=True,
-            text=True,
-            timeout=30,
+        return runner(
+            admission_policy_api_wait_script(timeout_seconds, interval_seconds=0),
+            ANSWERS=answers,
+            LAB_KUBECONFIG="tenant-admin-kubeconfig",
+            POLICY_API="admissionregistration.k8s.io/v1beta1",
         )
 
-    run.calls = tmp_path / "calls"  # type: ignore[attr-defined]
-    run.state = state  # type: ignore[attr-defined]
+    run.calls = runner.calls  # type: ignore[attr-defined]
+    run.state = runner.state  # type: ignore[attr-defined]
     return run
 
 

@@ -16,49 +16,39 @@ from pathlib import Path
 import pytest
 
 from builders.scripts import tenant_admin_authorized_wait_script
-from tests.support.fake_tools import fake_tools, tool_env
+from tests.support.fake_tools import NEXT_ANSWER, script_run
 from tests.support.pulumi_harness import ProgramRun
 
 # Answers each `kubectl auth can-i` with the next word of $ANSWERS: y (yes), n (no, exit 1 as
 # kubectl does), x (no answer); the kubeconfig it was given is kept.
-FAKE_KUBECTL = r"""
+FAKE_KUBECTL = (
+    r"""
 echo "kubectl $*" >> "$CALLS"
 cp "$KUBECONFIG" "$STATE/kubeconfig-seen"
-n=$(cat "$STATE/n" 2>/dev/null || echo 0); echo $((n + 1)) > "$STATE/n"
-answer=$(echo $ANSWERS | cut -d' ' -f$((n + 1)))
+"""
+    + NEXT_ANSWER
+    + r"""
 case "$answer" in
   y) echo yes ;;
   n) echo no; exit 1 ;;
   *) echo 'The connection to the server was refused' >&2; exit 1 ;;
 esac
 """
+)
 GRANTED = "the tenant's admin kubeconfig is cluster-admin"
 CAN_I = "kubectl --request-timeout=10s auth can-i * * --all-namespaces"
 
 
 @pytest.fixture
 def gate(tmp_path: Path):
-    calls = fake_tools(tmp_path, {"kubectl": FAKE_KUBECTL})
-    state = tmp_path / "state"
-    state.mkdir()
+    runner = script_run(tmp_path, {"kubectl": FAKE_KUBECTL})
 
     def run(answers: str, timeout_seconds: int = 300) -> subprocess.CompletedProcess[str]:
         script = tenant_admin_authorized_wait_script(timeout_seconds, interval_seconds=0)
-        return subprocess.run(
-            ["/bin/sh", "-c", script],
-            env={
-                **tool_env(tmp_path),
-                "STATE": str(state),
-                "ANSWERS": answers,
-                "LAB_KUBECONFIG": "tenant-admin-kubeconfig",
-            },
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
+        return runner(script, ANSWERS=answers, LAB_KUBECONFIG="tenant-admin-kubeconfig")
 
-    run.calls = calls  # type: ignore[attr-defined]
-    run.state = state  # type: ignore[attr-defined]
+    run.calls = runner.calls  # type: ignore[attr-defined]
+    run.state = runner.state  # type: ignore[attr-defined]
     return run
 
 
