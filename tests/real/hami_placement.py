@@ -34,10 +34,12 @@ from hami_extender import HamiExtender, scheduler_config
 from test_agent_real import (
     GPU_NODE,
     LAB,
+    LOCK,
     PROCESS_TENANT,
     WORK_NS,
     AgentProcess,
     Rest,
+    annotations,
     apply_agent_rbac,
     rest,
     start_agent,
@@ -55,6 +57,18 @@ class PlacementLab:
     agent: AgentProcess
     extender: HamiExtender
     scheduler: Process
+
+
+def delete_all_pods(lab: PlacementLab) -> None:
+    """Every pod of the work namespace gone, the node lock free, and the extender told (HAMi's
+    onDelPod), so the next test starts from an empty node."""
+    lab.admin.call("DELETE", f"/api/v1/namespaces/{WORK_NS}/pods?gracePeriodSeconds=0")
+    wait_until(
+        lambda: not lab.admin.call("GET", f"/api/v1/namespaces/{WORK_NS}/pods")["items"],
+        "the pods gone", 30,
+    )  # fmt: skip
+    wait_until(lambda: LOCK not in annotations(lab.admin.node(GPU_NODE)), "lock free", 30)
+    lab.extender.forget_all()
 
 
 def start_hami_kube_scheduler(plane: ControlPlane, config: dict) -> Process:

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from controlplane import wait_until
 from hami_extender import HANDSHAKES, POD_GROUP_LABEL
-from hami_placement import PlacementLab, placement_lab_on_new_plane
+from hami_placement import PlacementLab, delete_all_pods, placement_lab_on_new_plane
 from test_agent_real import ALLOCATED, GPU_NODE, LOCK, TO_ALLOCATE, WORK_NS, allocated, annotations
 
 from builders.lock_wait_policy import POD_GROUP_VALUE
@@ -43,13 +43,7 @@ def clean(lab: PlacementLab) -> Iterator[PlacementLab]:
     try:
         yield lab
     finally:
-        lab.admin.call("DELETE", f"/api/v1/namespaces/{WORK_NS}/pods?gracePeriodSeconds=0")
-        wait_until(
-            lambda: not lab.admin.call("GET", f"/api/v1/namespaces/{WORK_NS}/pods")["items"],
-            "the pods gone", 30,
-        )  # fmt: skip
-        wait_until(lambda: LOCK not in annotations(lab.admin.node(GPU_NODE)), "lock free", 30)
-        lab.extender.forget_all()  # HAMi's onDelPod
+        delete_all_pods(lab)
 
 
 def container(name: str, **limits: int) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from collections.abc import Iterator
 import pytest
 from controlplane import ControlPlane, ControlPlaneError, wait_until
 from hami_extender import POD_GROUP_LABEL
-from hami_placement import PlacementLab, placement_lab_on_new_plane, report
+from hami_placement import PlacementLab, delete_all_pods, placement_lab_on_new_plane, report
 from test_agent_real import (
     GPU_NODE,
     LOCK,
@@ -174,16 +174,6 @@ def run_burst(
 def stored_labels(lab: PlacementLab) -> list[str | None]:
     pods = lab.admin.call("GET", f"/api/v1/namespaces/{WORK_NS}/pods")["items"]
     return [(p["metadata"].get("labels") or {}).get(POD_GROUP_LABEL) for p in pods]
-
-
-def delete_all_pods(lab: PlacementLab) -> None:
-    lab.admin.call("DELETE", f"/api/v1/namespaces/{WORK_NS}/pods?gracePeriodSeconds=0")
-    wait_until(
-        lambda: not lab.admin.call("GET", f"/api/v1/namespaces/{WORK_NS}/pods")["items"],
-        "the burst's pods gone", 30,
-    )  # fmt: skip
-    wait_until(lambda: LOCK not in annotations(lab.admin.node(GPU_NODE)), "lock free", 30)
-    lab.extender.forget_all()
 
 
 def all_completed(lab: PlacementLab, size: int) -> bool:
