@@ -8,6 +8,7 @@ import base64
 import json
 import ssl
 import threading
+from abc import ABC, abstractmethod
 from http.server import ThreadingHTTPServer
 from typing import Any
 
@@ -15,7 +16,7 @@ from controlplane import ControlPlane, write_pki
 from hami_extender import json_handler
 
 
-class TlsWebhook:
+class TlsWebhook(ABC):
     name = ""  # the MutatingWebhookConfiguration's name
     path = "/"  # where the API server posts the AdmissionReview
     # The ValidatingWebhookConfiguration's name and path, for a subclass that has one.
@@ -26,17 +27,20 @@ class TlsWebhook:
         self.pki = write_pki(plane.workdir / f"{self.name}-pki")
         self.server: ThreadingHTTPServer | None = None
 
+    @abstractmethod
     def review(self, request: dict) -> dict:
         """The AdmissionResponse for one request."""
-        raise NotImplementedError
 
+    @abstractmethod
     def webhooks(self, client_config: dict[str, Any]) -> list[dict]:
         """The configuration's webhooks, each with ``client_config``."""
-        raise NotImplementedError
 
     def validate(self, request: dict) -> dict:
-        """The validating webhook's AdmissionResponse for one request."""
-        raise NotImplementedError
+        """The validating webhook's AdmissionResponse for one request. Only a subclass that
+        sets ``validating_name`` registers one; without it the API server never posts here, and
+        a request that does is refused."""
+        message = f"{self.name} registers no validating webhook"
+        return {"uid": request["uid"], "allowed": False, "status": {"message": message}}
 
     def validating_webhooks(self, client_config: dict[str, Any]) -> list[dict]:
         """The ValidatingWebhookConfiguration's webhooks (none: not registered)."""
