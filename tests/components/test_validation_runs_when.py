@@ -107,6 +107,7 @@ def test_a_config_change_replaces_the_step(lab: ProgramRun):
     assert changed.inputs["triggers"][1:4] == before[1:4]  # the same cluster and joins
 
 
+@pytest.mark.upstream("pulumi-k8s-release-outputs-chart-version-values")
 def test_a_changed_chart_value_replaces_the_step_with_the_config_unchanged(lab: ProgramRun):
     """A program upgrade that changes what a tenant's chart deploys (the mock device plugin
     turned off in HAMi's values, say) validates again, though the stack config is the same."""
