@@ -189,12 +189,15 @@ def _consecutive_wait_script(
     timeout_seconds: int,
     consecutive: int,
     interval_seconds: int,
+    before: str = "",
 ) -> str:
     """Waits until the shell condition `check` holds `consecutive` times in a row: a Service in
     front of a control plane that is rolling may answer from either pod. After `timeout_seconds`
-    it prints `give_up` (shell words for echo) and what `show` prints, and exits 1."""
+    it prints `give_up` (shell words for echo) and what `show` prints, and exits 1. `before`
+    runs first (after `set -eu`)."""
     return (
         STRICT
+        + before
         + KUBECONFIG_PRELUDE
         + f"""deadline=$(( $(date +%s) + {timeout_seconds} ))
 held=0
@@ -244,6 +247,43 @@ def tenant_admin_authorized_wait_script(
     )
 
 
+def kamaji_rollout_wait(timeout_seconds: int, interval_seconds: int) -> str:
+    """Shell that waits, on the management cluster, until Kamaji has reconciled the
+    TenantControlPlane's current spec (`status.observedGeneration` equals its generation) and
+    the control plane's Deployment (named after it) has rolled out: from then on only API
+    server pods with the spec's flags are behind the Service.
+
+    Needs MANAGEMENT_KUBECONFIG, TCP_NAME and TCP_NAMESPACE (upstream fact
+    `kamaji-observed-generation-after-reconcile`)."""
+    return f"""\
+management_kubeconfig=$(mktemp)
+trap 'rm -f "$management_kubeconfig"' EXIT
+printf '%s\\n' "$MANAGEMENT_KUBECONFIG" > "$management_kubeconfig"
+on_management() {{ kubectl --kubeconfig "$management_kubeconfig" -n "$TCP_NAMESPACE" "$@"; }}
+tcp="tenantcontrolplane/$TCP_NAME"
+deadline=$(( $(date +%s) + {timeout_seconds} ))
+until on_management get "$tcp" --request-timeout=10s \\
+    -o 'jsonpath={{.metadata.generation}} {{.status.observedGeneration}}' 2>/dev/null \\
+    | awk '$1 != "" && $1 == $2 {{ found = 1 }} END {{ exit !found }}'; do
+  if [ "$(date +%s)" -ge "$deadline" ]; then
+    echo "Kamaji did not reconcile $TCP_NAMESPACE/$TCP_NAME's spec within {timeout_seconds}s" \\
+      "(status.observedGeneration behind metadata.generation); see its conditions:" >&2
+    on_management get "$tcp" --request-timeout=10s -o yaml >&2 || true
+    exit 1
+  fi
+  sleep {interval_seconds}
+done
+left=$(( deadline - $(date +%s) ))
+if [ "$left" -lt 1 ]; then left=1; fi
+if ! on_management rollout status "deployment/$TCP_NAME" --timeout="${{left}}s" >&2; then
+  echo "Kamaji's Deployment $TCP_NAMESPACE/$TCP_NAME did not finish rolling out" \\
+    "within {timeout_seconds}s" >&2
+  exit 1
+fi
+rm -f "$management_kubeconfig"
+"""
+
+
 def admission_policy_api_wait_script(
     timeout_seconds: int = 300, consecutive: int = 3, interval_seconds: int = 2
 ) -> str:
@@ -252,8 +292,10 @@ def admission_policy_api_wait_script(
 
     On v1.34-v1.35 a tenant serves them only with the flags the program passes through Kamaji;
     after those flags change, Kamaji rolls the API server while the control plane still reports
-    Ready, and for a moment the Service may reach either pod: one answer is not enough. Needs
-    LAB_KUBECONFIG (the tenant's admin kubeconfig) and POLICY_API.
+    Ready. So the gate first waits for that rollout itself (`kamaji_rollout_wait`), then for the
+    answers in a row (the Service's endpoints follow the rollout a moment later). Needs
+    LAB_KUBECONFIG (the tenant's admin kubeconfig), POLICY_API and what `kamaji_rollout_wait`
+    needs.
     """
     get = 'kubectl --request-timeout=10s get --raw "/apis/$POLICY_API"'
     return _consecutive_wait_script(
@@ -269,6 +311,7 @@ def admission_policy_api_wait_script(
         timeout_seconds=timeout_seconds,
         consecutive=consecutive,
         interval_seconds=interval_seconds,
+        before=kamaji_rollout_wait(timeout_seconds, interval_seconds),
     )
 
 

@@ -188,7 +188,14 @@ class Tenant(pulumi.ComponentResource):
             self.policy_api_ready = command.local.Command(
                 f"{name}-policy-api-ready",
                 create=admission_policy_api_wait_script(),
-                environment={"LAB_KUBECONFIG": self.kubeconfig, "POLICY_API": api_version},
+                environment={
+                    "LAB_KUBECONFIG": self.kubeconfig,
+                    "POLICY_API": api_version,
+                    # the gate first waits for Kamaji's rollout of these flags, there
+                    "MANAGEMENT_KUBECONFIG": pulumi.Output.secret(args.management_kubeconfig),
+                    "TCP_NAME": manifest["metadata"]["name"],
+                    "TCP_NAMESPACE": manifest["metadata"]["namespace"],
+                },
                 triggers=[self.api_ready.id, api_version, *apiserver_extra_args(tenant)],
                 opts=pulumi.ResourceOptions(
                     parent=self, depends_on=[self.control_plane, self.admin_ready]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 
 import pytest
 from binaries import K8S_NEXT_VERSION, K8S_VERSION, bin_path
@@ -92,19 +93,98 @@ def plane(request, start_control_plane) -> ControlPlane:
     return plane
 
 
-def policy_api_gate(plane: ControlPlane, timeout_seconds: int) -> subprocess.CompletedProcess:
-    """The program's gate before a tenant's policies, with the real kubectl."""
-    return subprocess.run(
-        ["/bin/sh", "-c", admission_policy_api_wait_script(timeout_seconds, interval_seconds=0)],
+# What the gate reads of Kamaji on the management cluster, played on the same API server: a
+# TenantControlPlane (a CRD of this test's own, with a status subresource: Kamaji's own is not
+# needed for what kubectl reads) and the control plane's Deployment, whose status the test
+# writes as Kamaji and the Deployment controller would (no controller manager runs here).
+TCP = "tenant-a"
+TCP_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "tenantcontrolplanes.kamaji.clastix.io"},
+    "spec": {
+        "group": "kamaji.clastix.io",
+        "scope": "Namespaced",
+        "names": {"kind": "TenantControlPlane", "plural": "tenantcontrolplanes",
+                  "singular": "tenantcontrolplane", "listKind": "TenantControlPlaneList"},
+        "versions": [{
+            "name": "v1alpha1", "served": True, "storage": True,
+            "subresources": {"status": {}},
+            "schema": {"openAPIV3Schema": {"type": "object",
+                                           "x-kubernetes-preserve-unknown-fields": True}},
+        }],
+    },
+}  # fmt: skip
+
+
+class KamajiSide:
+    """The TenantControlPlane and its Deployment, first as right after a spec change: Kamaji
+    has not reconciled it and the Deployment still runs an old pod beside the new one."""
+
+    def __init__(self, plane: ControlPlane) -> None:
+        self.plane = plane
+        plane.kubectl("apply", "-f", "-", input=json.dumps(TCP_CRD))
+        plane.kubectl("wait", "--for=condition=Established", "--timeout=30s",
+                      f"crd/{TCP_CRD['metadata']['name']}")  # fmt: skip
+        plane.kubectl("create", "namespace", TCP)
+        plane.kubectl("apply", "-f", "-", input=json.dumps({
+            "apiVersion": "kamaji.clastix.io/v1alpha1", "kind": "TenantControlPlane",
+            "metadata": {"name": TCP, "namespace": TCP}, "spec": {"replicas": 2},
+        }))  # fmt: skip
+        labels = {"app": TCP}
+        plane.kubectl("apply", "-f", "-", input=json.dumps({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": TCP, "namespace": TCP},
+            "spec": {"replicas": 1, "selector": {"matchLabels": labels}, "template": {
+                "metadata": {"labels": labels},
+                "spec": {"containers": [{"name": "kube-apiserver",
+                                         "image": "registry.invalid/kube-apiserver:1"}]},
+            }},
+        }))  # fmt: skip
+        self._status("deployment", {"observedGeneration": 1, "replicas": 2,
+                                    "updatedReplicas": 1, "readyReplicas": 2,
+                                    "availableReplicas": 2})  # fmt: skip
+
+    def _status(self, kind: str, status: dict) -> None:
+        self.plane.kubectl("patch", kind, TCP, "-n", TCP, "--subresource=status",
+                           "--type=merge", "-p", json.dumps({"status": status}))  # fmt: skip
+
+    def reconciled(self) -> KamajiSide:
+        self._status("tenantcontrolplane", {"observedGeneration": 1})
+        return self
+
+    def rolled_out(self) -> KamajiSide:
+        self._status("deployment", {"replicas": 1, "updatedReplicas": 1, "readyReplicas": 1,
+                                    "availableReplicas": 1})  # fmt: skip
+        return self
+
+
+def policy_api_gate_process(plane: ControlPlane, timeout_seconds: int) -> subprocess.Popen:
+    """The program's gate before a tenant's policies, with the real kubectl; the plane is also
+    its management cluster (KamajiSide)."""
+    kubeconfig = plane.kubeconfig().read_text()
+    return subprocess.Popen(
+        ["/bin/sh", "-c", admission_policy_api_wait_script(timeout_seconds, interval_seconds=1)],
         env={
             "PATH": f"{bin_path('kubectl').parent}:/usr/bin:/bin",
-            "LAB_KUBECONFIG": plane.kubeconfig().read_text(),
+            "LAB_KUBECONFIG": kubeconfig,
+            "MANAGEMENT_KUBECONFIG": kubeconfig,
+            "TCP_NAME": TCP,
+            "TCP_NAMESPACE": TCP,
             "POLICY_API": policy_api_version(tenant_of(plane)) or "",
         },
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=60,
     )
+
+
+def policy_api_gate(plane: ControlPlane, timeout_seconds: int) -> subprocess.CompletedProcess:
+    """The gate run to its end, with Kamaji's side done (reconciled and rolled out)."""
+    KamajiSide(plane).reconciled().rolled_out()
+    process = policy_api_gate_process(plane, timeout_seconds)
+    stdout, stderr = process.communicate(timeout=60)
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 
 @pytest.mark.upstream("kube-mutating-admission-policy-stages")
@@ -127,6 +207,29 @@ def test_with_them_the_gate_opens(plane):
     assert gate.returncode == 0, gate.stderr
     assert f"mutatingadmissionpolicies served in {APIS[plane.kubernetes]}" in gate.stderr
     assert bool(plane.tenant_args) == (plane.kubernetes == K8S_VERSION)
+
+
+@pytest.mark.upstream("kamaji-observed-generation-after-reconcile")
+def test_the_gate_asks_the_tenant_only_after_kamajis_rollout(start_control_plane):
+    """Right after the flags change the old API server may still answer through the Service:
+    the gate waits until Kamaji has reconciled the spec and its Deployment has rolled out,
+    read with the real kubectl from a real API server."""
+    plane = start_control_plane("policy-gate-rollout", full=False)
+    kamaji = KamajiSide(plane)
+    gate = policy_api_gate_process(plane, timeout_seconds=60)
+    try:
+        time.sleep(4)
+        assert gate.poll() is None, "the gate passed before Kamaji reconciled the spec"
+        kamaji.reconciled()
+        time.sleep(4)
+        assert gate.poll() is None, "the gate passed while an old API server pod was running"
+        kamaji.rolled_out()
+        _, stderr = gate.communicate(timeout=45)
+    finally:
+        gate.kill()
+    assert gate.returncode == 0, stderr
+    assert f'deployment "{TCP}" successfully rolled out' in stderr
+    assert stderr.index("successfully rolled out") < stderr.index("mutatingadmissionpolicies")
 
 
 @pytest.mark.upstream("hami-v2.10-pod-group-bind-waits-for-lock")
