@@ -31,6 +31,11 @@ PINNED_USE = re.compile(
 )
 
 
+# `uses: ./.github/actions/<name>`: an action of this repository
+LOCAL_USE = re.compile(r"^\s*(?:-\s+)?uses:\s+\./(\.github/actions/[\w-]+)\s*$")
+FREE_DISK = "./.github/actions/free-disk"
+
+
 BINARIES = load_module("real_tier_binaries", PROJECT_DIR / "tests" / "real" / "binaries.py")
 PREVIEW = load_module("preview_stack", PREVIEW_SCRIPT)
 
@@ -90,9 +95,19 @@ ALL = (PULL_REQUEST, E2E)
 
 @pytest.mark.parametrize("path", ALL, ids=lambda p: p.name)
 def test_every_action_is_pinned_by_commit_with_its_version_in_a_comment(path):
+    """But this repository's own (`./.github/actions/...`), which change with the commit."""
     lines = [line for line in path.read_text().splitlines() if re.match(r"^\s*(-\s+)?uses:", line)]
     assert lines
-    assert [line for line in lines if not PINNED_USE.match(line)] == []
+    assert [
+        line for line in lines if not PINNED_USE.match(line) and not LOCAL_USE.match(line)
+    ] == []
+
+
+@pytest.mark.parametrize("path", ALL, ids=lambda p: p.name)
+def test_every_local_action_exists(path):
+    for line in path.read_text().splitlines():
+        if match := LOCAL_USE.match(line):
+            assert (PROJECT_DIR / match.group(1) / "action.yml").is_file(), line
 
 
 def test_an_action_has_one_commit_across_the_workflows():
@@ -211,11 +226,30 @@ def test_the_modprobe_check_catches_the_parameter_form():
     assert "-a" not in args and "=" not in args[1]
 
 
+def free_disk_index(path: Path = E2E, job: str = "lab") -> int:
+    return next(i for i, step in enumerate(steps(path, job)) if step.get("uses") == FREE_DISK)
+
+
+def test_the_free_disk_action_removes_the_big_preinstalled_toolchains():
+    action = yaml.safe_load((PROJECT_DIR / FREE_DISK / "action.yml").read_text())
+    (step,) = action["runs"]["steps"]
+    removed = set(step["run"].split())
+    assert {"/usr/share/dotnet", "/usr/local/lib/android", "/opt/ghc"} <= removed
+    assert "df" in removed  # the room before and after, in the log
+
+
 def test_the_job_frees_disk_before_the_preflight():
     """`make up` runs the preflight, which wants the lab's footprint free for Docker."""
-    free = step_running("/usr/share/dotnet")
-    assert {"/usr/local/lib/android", "/opt/ghc"} <= set(free["run"].split())
-    assert steps().index(free) < index_running("make up")
+    assert free_disk_index() < index_running("make up")
+
+
+@pytest.mark.parametrize(("job", "first_build"), [
+    ("real", "tests/real/binaries.py"), ("host", "make test-host"),
+])  # fmt: skip
+def test_the_tier_jobs_free_disk_before_the_go_builds(job, first_build):
+    """A cold build fills the Go module and build caches (about 9.5 GB, docs/testing.md); a
+    hosted runner guarantees 14 GB."""
+    assert free_disk_index(PULL_REQUEST, job) < index_running(first_build, PULL_REQUEST, job)
 
 
 def test_the_job_brings_the_lab_up_checks_it_previews_no_change_and_always_destroys():
@@ -301,14 +335,27 @@ def test_the_real_job_builds_then_caches_then_tests():
     assert restore < build < save < test
     saved = steps(PULL_REQUEST, "real")[save]
     assert saved["if"] == "steps.real-cache.outputs.cache-hit != 'true'"
+    # A cache's version is its paths: saved under other paths, no restore would find it.
+    assert cached_paths(saved) == cached_paths(steps(PULL_REQUEST, "real")[restore])
     assert saved["with"]["key"] == "${{ steps.real-cache.outputs.cache-primary-key }}"
 
 
+def cached_paths(step: dict) -> list[Path]:
+    text = step["with"]["path"].replace("${{ env.XDG_CACHE_HOME }}", "/home/runner/.cache")
+    return [Path(line) for line in text.split()]
+
+
 @pytest.mark.parametrize("job", ["real", "host"])
-def test_the_cache_is_the_real_tiers_root_keyed_on_its_pins(job):
+def test_the_cache_is_the_real_tiers_programs_keyed_on_its_pins(job):
+    """The built programs, their stamps and wrappers: what `build_set` needs to skip a set; not
+    Go's module and build caches (about 9 GB of the 9.5, near the 10 GB GitHub keeps per
+    repository)."""
     restore = steps(PULL_REQUEST, job)[uses_index("actions/cache/restore", PULL_REQUEST, job)]
-    path = restore["with"]["path"].replace("${{ env.XDG_CACHE_HOME }}", "/home/runner/.cache")
-    assert Path(path) == BINARIES.cache_root({"XDG_CACHE_HOME": "/home/runner/.cache"})
+    root = BINARIES.cache_root({"XDG_CACHE_HOME": "/home/runner/.cache"})
+    assert cached_paths(restore) == [root / "bin", root / "stamps", root / "src"]
+    go_caches = BINARIES.go_environment(root)
+    for cache in (go_caches["GOMODCACHE"], go_caches["GOCACHE"]):
+        assert not [p for p in cached_paths(restore) if Path(cache).is_relative_to(p)], cache
     key = restore["with"]["key"]
     assert "hashFiles('tests/real/binaries.py')" in key
     assert "${{ env.GO_VERSION }}" in key  # part of every build's stamp (spec_digest)

@@ -199,14 +199,15 @@ def bin_path(name: str, version: str = "") -> Path:
 
 
 def module_dir(set_name: str, module: str) -> Path:
-    """The module cache directory of ``module`` as the wrapper of ``set_name`` resolved it."""
+    """The module cache directory of ``module`` as the wrapper of ``set_name`` resolved it,
+    downloaded when the module cache lacks it (CI caches the built programs, not gomod/:
+    `go list -m` would give an empty Dir)."""
     root = cache_root()
     src = root / "src" / set_name
     if not (src / "go.mod").exists():
         raise SystemExit(f"{set_name} is not built: run `.venv/bin/python tests/real/binaries.py`")
-    return Path(
-        _run(["go", "list", "-m", "-f", "{{.Dir}}", module], src, go_environment(root)).strip()
-    )
+    listed = _run(["go", "mod", "download", "-json", module], src, go_environment(root))
+    return Path(json.loads(listed)["Dir"])
 
 
 def kustomization_files(directory: Path) -> list[Path]:

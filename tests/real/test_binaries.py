@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -80,8 +81,22 @@ def test_the_wrapper_go_mod_requires_the_module_and_replaces():
     )
 
 
+def served_go_mod(set_name: str, module_at_version: str) -> Path:
+    """The go.mod the proxy serves for a module version (fetched alone when not cached)."""
+    root = cache_root()
+    listed = subprocess.run(
+        ["go", "list", "-m", "-json", module_at_version],
+        cwd=root / "src" / set_name,
+        env=binaries.go_environment(root),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return Path(json.loads(listed.stdout)["GoMod"])
+
+
 def test_the_kubernetes_wrapper_replaces_every_staging_module_of_the_served_go_mod():
-    served = cache_root() / "gomod/cache/download/k8s.io/kubernetes/@v" / f"{K8S_VERSION}.mod"
+    served = served_go_mod("kubernetes", f"k8s.io/kubernetes@{K8S_VERSION}")
     staging = set(re.findall(r"^\t(k8s\.io/[\w.-]+) => \./staging/", served.read_text(), re.M))
     assert len(staging) >= 30, staging
     wrapper = (cache_root() / "src/kubernetes/go.mod").read_text()
