@@ -1,12 +1,14 @@
 """The real kube-proxy v1.35.4 in a worker container of the node image, against a real API server.
 
-What a Kamaji tenant's kube-proxy DaemonSet pod does on a lab worker, without a kubelet: the
-node image's preloaded `registry.k8s.io/kube-proxy:v1.35.4`, run by the worker's containerd as
-a privileged container in the worker's network namespace (kubeadm's DaemonSet: `hostNetwork`,
-`privileged`, /lib/modules read-only), with kubeadm's KubeProxyConfiguration (printed by the
-worker's own kubeadm: conntrack maxPerCore and min left to kube-proxy's defaults, 32768 and
-131072; mode iptables). The API server is the real tier's (tests/real/controlplane.py) on
-loopback, reached through a forwarder on the test network's gateway.
+What a tenant's kube-proxy DaemonSet pod does on a lab worker, without a kubelet: the node
+image's preloaded `registry.k8s.io/kube-proxy:v1.35.4`, run by the worker's containerd as a
+privileged container in the worker's network namespace (kubeadm's DaemonSet: `hostNetwork`,
+`privileged`, /lib/modules read-only), with either configuration: the program's
+(builders/kube_proxy.py, `conntrack.maxPerCore: 0`) or kubeadm's default, which Kamaji's addon
+deploys (printed by the worker's own kubeadm: conntrack maxPerCore and min left to kube-proxy's
+defaults, 32768 and 131072; mode iptables). The API server is the real tier's
+(tests/real/controlplane.py) on loopback, reached through a forwarder on the test network's
+gateway.
 
 Used by test_kube_proxy_conntrack.py. Everything it creates is named `hc-`.
 """
@@ -33,7 +35,10 @@ from node_image import K8S_VERSION, REGISTRY
 from program import declared
 from test_workers import WORKER, create_as_the_provider, remove_as_the_provider
 
+from builders import kube_proxy
+from labconfig.parse import parse_config
 from tests.support.docker_readback import container_attributes
+from tests.support.pulumi_harness import lab_stack_config
 
 NETWORK = "hc-net"
 SUBNET = "172.28.0.0/16"
@@ -80,6 +85,17 @@ def host_conntrack(wanted: HostConntrack) -> Iterator[HostConntrack]:
         yield original
     finally:
         original.write()
+
+
+def kubeadm_default_target(version: str, cpus: int) -> int:
+    """The nf_conntrack_max kube-proxy writes with kubeadm's default configuration (Kamaji's
+    addon): max(32768 x CPUs, 131072), capped at 1048576 from v1.36.0 (upstream facts
+    `kube-proxy-conntrack-max-exact`, `kube-proxy-max-per-core-zero-skips-the-conntrack-table`)."""
+    scaled = 32768 * cpus
+    minor = int(version.lstrip("v").split(".")[1])
+    if minor >= 36 and scaled > 1048576:
+        return 1048576
+    return max(scaled, 131072)
 
 
 # --- the API server, reached from the test network ---------------------------------------
@@ -163,6 +179,14 @@ def kubeadm_kube_proxy_config(printed: str) -> dict[str, Any]:
     documents = [d for d in yaml.safe_load_all(printed) if d]
     (config,) = [d for d in documents if d.get("kind") == "KubeProxyConfiguration"]
     return {**config, "clusterCIDR": CLUSTER_CIDR, "mode": "iptables"}
+
+
+def program_kube_proxy_config() -> dict[str, Any]:
+    """The program's KubeProxyConfiguration for the lab stack's first tenant (container
+    workers), at the version built here, its pod CIDR the test's."""
+    tenant = parse_config(lab_stack_config()).tenants[0]
+    tenant = tenant.model_copy(update={"kubernetes_version": K8S_VERSION, "pod_cidr": CLUSTER_CIDR})
+    return kube_proxy.configuration(tenant)
 
 
 # --- the worker ----------------------------------------------------------------------------
@@ -286,9 +310,17 @@ class Worker:
     docker: Docker
     container: str
     probe_ip: str
+    kubeadm_config: dict[str, Any]  # kubeadm's default, as Kamaji's addon deploys it
 
     def netns_max(self) -> int:
         return int(self.sh(f"cat {CONNTRACK_MAX}").stdout)
+
+    def netns_value(self, name: str) -> int:
+        return int(self.sh(f"cat /proc/sys/net/netfilter/{name}").stdout)
+
+    def use_config(self, config: dict[str, Any]) -> None:
+        """kube-proxy's config.conf (the ConfigMap's key) for the next run."""
+        write_file(self.docker, self.container, f"{CONFIG_DIR}/config.conf", yaml.safe_dump(config))
 
     def sh(self, script: str) -> subprocess.CompletedProcess[str]:
         return sh(self.docker, self.container, script)
@@ -399,15 +431,16 @@ def worker_with_kube_proxy(docker: Docker, node_image: str, workdir: Path) -> It
                 "--component-configs", "KubeProxyConfiguration",
             )  # fmt: skip
             config = kubeadm_kube_proxy_config(printed.stdout)
+            path = config["clientConnection"]["kubeconfig"]
+            assert path == program_kube_proxy_config()["clientConnection"]["kubeconfig"]
             kubeconfig = kube_proxy_kubeconfig(
                 plane.ca_path.read_text(), forwarded, plane.admin_token
             )
             write_file(docker, container, f"{CONFIG_DIR}/config.conf", yaml.safe_dump(config))
-            write_file(docker, container, config["clientConnection"]["kubeconfig"],
-                       yaml.safe_dump(kubeconfig))  # fmt: skip
+            write_file(docker, container, path, yaml.safe_dump(kubeconfig))
             assert sh(docker, container, "touch /run/xtables.lock").returncode == 0
             probe_ip = plane.get_json("service", "hc-probe")["spec"]["clusterIP"]
-            yield Worker(docker, container, probe_ip)
+            yield Worker(docker, container, probe_ip, config)
     finally:
         if container is not None:
             remove_as_the_provider(docker, container)
