@@ -10,6 +10,9 @@ defaults, 32768 and 131072; mode iptables). The API server is the real tier's
 (tests/real/controlplane.py) on loopback, reached through a forwarder on the test network's
 gateway.
 
+kube-proxy v1.36.3 runs the same way, its binary (built here from its Go module) mounted over
+the image's: v1.36 changed what kube-proxy does with the conntrack hash size.
+
 Used by test_kube_proxy_conntrack.py. Everything it creates is named `hc-`.
 """
 
@@ -31,7 +34,7 @@ from typing import Any
 
 import yaml
 from docker_host import Docker
-from node_image import K8S_VERSION, REGISTRY
+from node_image import K8S_VERSION, REGISTRY, BuildPaths, binaries, go_env
 from program import declared
 from test_workers import WORKER, create_as_the_provider, remove_as_the_provider
 
@@ -85,6 +88,29 @@ def host_conntrack(wanted: HostConntrack) -> Iterator[HostConntrack]:
         yield original
     finally:
         original.write()
+
+
+NEXT_VERSION = binaries.K8S_NEXT_VERSION  # v1.36.3, the real tier's second version
+# A set of its own (the real tier's kubernetes-next set builds no kube-proxy); the same module
+# and version, so Go's build cache shares the work.
+KUBE_PROXY_NEXT_SET = binaries.BinarySet(
+    name="host-kube-proxy-next",
+    module="k8s.io/kubernetes",
+    version=NEXT_VERSION,
+    packages=("k8s.io/kubernetes/cmd/kube-proxy",),
+    local_replace_version="v0." + NEXT_VERSION.split(".", 1)[1],
+    ldflags=binaries._k8s_ldflags(NEXT_VERSION),
+    bin_subdir=NEXT_VERSION,
+)
+NEXT_BINARY = f"/opt/hc/kube-proxy-{NEXT_VERSION}"  # in the worker
+
+
+def kube_proxy_next(tier_cache: Path) -> Path:
+    """kube-proxy v1.36.3, built once into the tier's cache."""
+    paths = BuildPaths.under(tier_cache)
+    env, go_version = go_env()
+    binaries.build_set(KUBE_PROXY_NEXT_SET, paths.go_root, env, go_version)
+    return paths.go_root / "bin" / NEXT_VERSION / "kube-proxy"
 
 
 def kubeadm_default_target(version: str, cpus: int) -> int:
@@ -181,11 +207,11 @@ def kubeadm_kube_proxy_config(printed: str) -> dict[str, Any]:
     return {**config, "clusterCIDR": CLUSTER_CIDR, "mode": "iptables"}
 
 
-def program_kube_proxy_config() -> dict[str, Any]:
+def program_kube_proxy_config(version: str = K8S_VERSION) -> dict[str, Any]:
     """The program's KubeProxyConfiguration for the lab stack's first tenant (container
-    workers), at the version built here, its pod CIDR the test's."""
+    workers) at `version`, its pod CIDR the test's."""
     tenant = parse_config(lab_stack_config()).tenants[0]
-    tenant = tenant.model_copy(update={"kubernetes_version": K8S_VERSION, "pod_cidr": CLUSTER_CIDR})
+    tenant = tenant.model_copy(update={"kubernetes_version": version, "pod_cidr": CLUSTER_CIDR})
     return kube_proxy.configuration(tenant)
 
 
@@ -288,15 +314,18 @@ def _about_conntrack(line: str) -> bool:
     return any(word in line for word in ("conntrack", "Sysfs", "Error running ProxyServer"))
 
 
-def ctr_run_argv(*kube_proxy_args: str) -> list[str]:
+def ctr_run_argv(*kube_proxy_args: str, binary: str | None = None) -> list[str]:
     """kubeadm's DaemonSet as a containerd task of the worker: privileged, host network, the
-    config and /lib/modules mounted read-only, /run/xtables.lock shared."""
+    config and /lib/modules mounted read-only, /run/xtables.lock shared; `binary` (a file in
+    the worker) mounted over the image's kube-proxy."""
+    program = "/usr/local/bin/kube-proxy"
+    over = ["--mount", f"type=bind,src={binary},dst={program},options=rbind:ro"] if binary else []
     return [
         "ctr", "-n", "k8s.io", "run", "--rm", "--privileged", "--net-host",
         "--mount", f"type=bind,src={CONFIG_DIR},dst={CONFIG_DIR},options=rbind:ro",
         "--mount", "type=bind,src=/lib/modules,dst=/lib/modules,options=rbind:ro",
         "--mount", "type=bind,src=/run/xtables.lock,dst=/run/xtables.lock,options=rbind:rw",
-        IMAGE, TASK, "/usr/local/bin/kube-proxy", *kube_proxy_args,
+        *over, IMAGE, TASK, program, *kube_proxy_args,
     ]  # fmt: skip
 
 
@@ -317,6 +346,12 @@ class Worker:
 
     def netns_value(self, name: str) -> int:
         return int(self.sh(f"cat /proc/sys/net/netfilter/{name}").stdout)
+
+    def install(self, binary: Path, path: str) -> str:
+        """`binary` copied into the worker at `path`."""
+        assert self.sh(f"mkdir -p $(dirname {path})").returncode == 0
+        self.docker.run("cp", str(binary), f"{self.container}:{path}")
+        return path
 
     def use_config(self, config: dict[str, Any]) -> None:
         """kube-proxy's config.conf (the ConfigMap's key) for the next run."""
@@ -339,13 +374,13 @@ class Worker:
         done = exec_in(self.docker, self.container, *ctr_run_argv("--cleanup"))
         assert done.returncode == 0, done.stdout + done.stderr
 
-    def run_kube_proxy(self, host: HostConntrack) -> KubeProxyRun:
-        """Start kube-proxy; wait for it to exit, or to write the probe Service's rules (then
-        probe it and stop it)."""
+    def run_kube_proxy(self, host: HostConntrack, binary: str | None = None) -> KubeProxyRun:
+        """Start kube-proxy (the image's, or `binary` in the worker); wait for it to exit, or
+        to write the probe Service's rules (then probe it and stop it)."""
         self.cleanup()
         before = self.netns_max()
         process = subprocess.Popen(
-            ["docker", "exec", self.container, *ctr_run_argv(*KUBE_PROXY_ARGS)],
+            ["docker", "exec", self.container, *ctr_run_argv(*KUBE_PROXY_ARGS, binary=binary)],
             env=self.docker.env(),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

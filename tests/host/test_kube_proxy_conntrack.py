@@ -1,6 +1,7 @@
-"""The real kube-proxy v1.35.4 in a worker container on this host: the program's configuration
-leaves the host's conntrack table alone; kubeadm's default (Kamaji's addon) crash-loops unless
-the host holds exactly its target (the evidence behind builders/kube_proxy.py).
+"""The real kube-proxy v1.35.4 and v1.36.3 in a worker container on this host: the program's
+configuration leaves the host's conntrack table alone; kubeadm's default (Kamaji's addon)
+crash-loops unless the host holds exactly its target, and from v1.36 a large enough hash size
+(the evidence behind builders/kube_proxy.py).
 
 One worker of the node image, created with the program's worker flags on hc-net; kube-proxy run
 by its containerd as kubeadm's DaemonSet runs it (kube_proxy_run.py), once per case. The host's
@@ -19,10 +20,13 @@ import pytest
 from docker_host import Docker
 from kube_proxy_run import (
     CONNTRACK_MAX,
+    NEXT_BINARY,
+    NEXT_VERSION,
     HostConntrack,
     KubeProxyRun,
     Worker,
     host_conntrack,
+    kube_proxy_next,
     kubeadm_default_target,
     program_kube_proxy_config,
     worker_with_kube_proxy,
@@ -60,13 +64,19 @@ def evidence_dir(tier_cache_dir: Path) -> Path:
     return path
 
 
+@pytest.fixture(scope="module")
+def next_binary(worker: Worker, tier_cache_dir: Path) -> str:
+    """kube-proxy v1.36.3 (built here once) in the worker."""
+    return worker.install(kube_proxy_next(tier_cache_dir), NEXT_BINARY)
+
+
 def run_with_host(
-    worker: Worker, host: HostConntrack, evidence: Path, case: str
+    worker: Worker, host: HostConntrack, evidence: Path, case: str, binary: str | None = None
 ) -> tuple[KubeProxyRun, HostConntrack]:
     """One run with the host set to `host`; also what the host held right after the run,
     before it is restored."""
     with host_conntrack(host):
-        run = worker.run_kube_proxy(HostConntrack.read())
+        run = worker.run_kube_proxy(HostConntrack.read(), binary)
         after = HostConntrack.read()
     (evidence / f"{case}.txt").write_text(
         f"{run.evidence()}\nhost after the run: nf_conntrack_max={after.max} "
@@ -130,6 +140,48 @@ def test_kubeadms_default_config_exits_when_the_host_differs_from_its_target(
     assert run.netns_max_before == run.netns_max_after == host.max  # the host's, unchanged
     assert after == host
     assert run.probe_rules == "" and run.probe == ""
+
+
+@pytest.mark.upstream(
+    "kube-proxy-max-per-core-zero-skips-the-conntrack-table", "kube-proxy-conntrack-hashsize"
+)
+def test_the_programs_kube_proxy_v1_36_runs_with_a_small_hashsize_too(
+    worker: Worker, next_binary: str, evidence_dir: Path, restored
+):
+    """v1.36 raises a hashsize below a quarter of its target, and exits when it cannot (next
+    test); with the program's configuration it never gets there: the host at twice its
+    target and an eighth of it as hashsize, v1.36.3 runs, serves, and writes neither."""
+    target = kubeadm_default_target(NEXT_VERSION, online_cpus(Path("/")))
+    worker.use_config(program_kube_proxy_config(NEXT_VERSION))
+    host = HostConntrack(2 * target, target // 8)
+    run, after = run_with_host(
+        worker, host, evidence_dir, f"program-{NEXT_VERSION}-host-{host.max}", next_binary
+    )
+    assert run.lines(f'"Version info" version="{NEXT_VERSION}"'), run.log[:2000]
+    assert run.exit_code is None, run.evidence()
+    assert not run.lines("nf_conntrack_max") and not run.lines("hashsize"), run.log
+    assert run.probe == "hc-probe\n"
+    assert after == host
+
+
+@pytest.mark.upstream("kube-proxy-conntrack-hashsize")
+def test_kubeadms_default_config_v1_36_exits_on_a_small_hashsize(
+    worker: Worker, next_binary: str, evidence_dir: Path, restored
+):
+    """What the old preflight's hashsize rule was read from in source, run: kubeadm's default
+    configuration, the host at exactly v1.36.3's target but with a hashsize below a quarter of
+    it. v1.36 no longer skips the write on a read-only /sys: it tries, fails, and exits."""
+    target = kubeadm_default_target(NEXT_VERSION, online_cpus(Path("/")))
+    worker.use_config(worker.kubeadm_config)
+    host = HostConntrack(target, target // 8)
+    run, after = run_with_host(
+        worker, host, evidence_dir, f"kubeadm-default-{NEXT_VERSION}-hashsize-{host.hashsize}",
+        next_binary,
+    )  # fmt: skip
+    assert run.exit_code == 1, run.evidence()
+    assert run.lines(f'"Setting conntrack hashsize" conntrackHashsize={target // 4}'), run.log
+    assert run.lines("could not set conntrack parameters"), run.log
+    assert after == host and run.probe_rules == ""
 
 
 @pytest.mark.upstream("nf-conntrack-max-read-only-outside-the-initial-netns")
