@@ -6,7 +6,7 @@ joining node read the ConfigMap, the ConfigMap, the DaemonSet). Kamaji's kube-pr
 left off: its configuration is kubeadm's default, which cannot be changed (Kamaji rewrites the
 ConfigMap on every reconcile), and that default makes kube-proxy size the host's conntrack
 table. In a worker container that write is refused and kube-proxy exits; kind's own nodes skip
-it with `conntrack.maxPerCore: 0` (docs/design.md, "Why the lab runs its own kube-proxy").
+it with `conntrack.maxPerCore: 0` (docs/design.md, "The host's conntrack table stays the host's").
 """
 
 from __future__ import annotations

@@ -47,6 +47,7 @@ def test_a_remote_workers_kube_proxy_sizes_its_own_hosts_table():
     assert config["clusterCIDR"] == REMOTE.pod_cidr
 
 
+@pytest.mark.upstream("kubeadm-kube-proxy-addon-objects")
 def test_the_objects_are_kubeadms():
     """Names, RBAC and the DaemonSet as kubeadm's addon phase makes them
     (cmd/kubeadm/app/phases/addons/proxy at v1.35.4 and v1.36.3, the same manifests)."""
