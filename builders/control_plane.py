@@ -131,7 +131,8 @@ def tenant_control_plane_manifest(tenant: TenantConfig, address: str) -> dict[st
             },
             "addons": {
                 "coreDNS": {},
-                "kubeProxy": {},
+                # No kubeProxy: the program runs its own (builders/kube_proxy.py), whose
+                # configuration Kamaji's addon would not let it set.
                 "konnectivity": {
                     "server": {
                         "port": KONNECTIVITY_PORT,

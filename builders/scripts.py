@@ -284,6 +284,43 @@ rm -f "$management_kubeconfig"
 """
 
 
+def kamaji_kube_proxy_gone_wait_script(
+    timeout_seconds: int = 300, interval_seconds: int = 2
+) -> str:
+    """Waits until the tenant holds none of the kube-proxy objects Kamaji's addon made (those
+    named as kubeadm names them and labelled `kamaji.clastix.io/project: kamaji`).
+
+    A lab deployed with Kamaji's addon turns it off when it moves to the program's own
+    kube-proxy; Kamaji then deletes its labelled objects, while the program creates its own
+    under the same names. Creating one first would fail (`already exists`); taking it over
+    would leave it to Kamaji's cleanup (fact kamaji-kube-proxy-addon-is-kubeadms-default).
+    On a new tenant it passes at once. Needs LAB_KUBECONFIG (the tenant's admin kubeconfig).
+    """
+    label = "-l kamaji.clastix.io/project=kamaji"
+    namespaced = (
+        "kubectl --request-timeout=10s get -n kube-system "
+        f"daemonsets,configmaps,serviceaccounts,roles,rolebindings {label} "
+        "--field-selector metadata.name=kube-proxy -o name"
+    )
+    binding = (
+        f"kubectl --request-timeout=10s get clusterrolebindings {label} "
+        "--field-selector metadata.name=kubeadm:node-proxier -o name"
+    )
+    return _consecutive_wait_script(
+        check=f'{{ left=$({namespaced}) && left="$left$({binding})" && [ -z "$left" ]; }}',
+        give_up=(
+            f"\"Kamaji's kube-proxy addon objects are still in the tenant after "
+            f'{timeout_seconds}s;" "Kamaji deletes them once the TenantControlPlane has no '
+            'kubeProxy addon:"'
+        ),
+        show=f"{{ {namespaced}; {binding}; }}",
+        done='"no kube-proxy object of Kamaji\'s addon in the tenant"',
+        timeout_seconds=timeout_seconds,
+        consecutive=1,
+        interval_seconds=interval_seconds,
+    )
+
+
 def admission_policy_api_wait_script(
     timeout_seconds: int = 300, consecutive: int = 3, interval_seconds: int = 2
 ) -> str:

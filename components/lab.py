@@ -1,8 +1,9 @@
 """Wires the components into one dependency graph:
 
 preflight -> network -> kind -> MetalLB + (cert-manager -> Kamaji) -> per tenant, in parallel:
-control plane -> workers -> flannel -> [GPU nodes] -> HAMi -> [simulated-GPU agent] -> validation,
-or in a DRA tenant: control plane -> workers -> flannel -> cert-manager -> HAMi-DRA -> validation.
+control plane -> workers + kube-proxy -> flannel -> [GPU nodes] -> HAMi -> [simulated-GPU agent] ->
+validation, or in a DRA tenant: control plane -> workers + kube-proxy -> flannel -> cert-manager ->
+HAMi-DRA -> validation.
 
 Stack config picks each part: kind or an existing management cluster, container or remote
 workers, simulated, nvml-mock or real GPUs. The rest of the graph is the same in every stack.
@@ -35,6 +36,7 @@ from components.tenant.control_plane import Tenant, TenantArgs
 from components.tenant.gpu_nodes import GpuNodes, GpuNodesArgs
 from components.tenant.hami import Hami, HamiArgs
 from components.tenant.hami_dra import HamiDra, HamiDraArgs
+from components.tenant.kube_proxy import KubeProxy, KubeProxyArgs
 from components.tenant.remote_workers import RemoteWorkerPool, RemoteWorkerPoolArgs
 from components.tenant.simulated_gpus import SimulatedGpus, SimulatedGpusArgs
 from components.tenant.workers import WorkerPool, WorkerPoolArgs
@@ -53,6 +55,7 @@ Workers = WorkerPool | RemoteWorkerPool
 class TenantParts:
     control_plane: Tenant
     workers: Workers
+    kube_proxy: KubeProxy
     cni: Flannel
     sharing: Hami | HamiDra  # HAMi, or HAMi-DRA in a tenant whose gpuSharing is dra
     gpu_nodes: GpuNodes | None
@@ -143,13 +146,27 @@ def build_tenant(
     )
     child = pulumi.ResourceOptions(parent=control_plane)
     workers = _workers(cfg, tenant, control_plane, network_name, child, host_checks or [])
+    # As soon as the API server serves, as kubeadm's addon phase: flannel reaches the API
+    # server through its Service address, which kube-proxy programs on each node.
+    kube_proxy = KubeProxy(
+        f"{tenant.name}-kube-proxy",
+        KubeProxyArgs(
+            tenant=tenant,
+            address=str(plan.tenant_addresses[tenant.name]),
+            provider=control_plane.provider,
+            kubeconfig=control_plane.kubeconfig,
+            control_plane_identity=control_plane.identity,
+            depends_on=[control_plane.admin_ready],
+        ),
+        child,
+    )
     cni = Flannel(
         f"{tenant.name}-cni",
         FlannelArgs(
             version=cfg.flannel_chart_version,
             pod_cidr=tenant.pod_cidr,
             provider=control_plane.provider,
-            depends_on=[workers],
+            depends_on=[workers, kube_proxy],
             chart=cfg.chart("flannel"),
         ),
         child,
@@ -185,7 +202,7 @@ def build_tenant(
             ),
             child,
         )
-        return TenantParts(control_plane, workers, cni, dra, None, None, inventory)
+        return TenantParts(control_plane, workers, kube_proxy, cni, dra, None, None, inventory)
     hami = Hami(
         f"{tenant.name}-hami",
         HamiArgs(
@@ -214,7 +231,7 @@ def build_tenant(
             ),
             child,
         )
-    return TenantParts(control_plane, workers, cni, hami, gpu_nodes, gpus, inventory)
+    return TenantParts(control_plane, workers, kube_proxy, cni, hami, gpu_nodes, gpus, inventory)
 
 
 def _management(cfg: LabConfig, network: LabNetwork | None) -> Management:

@@ -9,8 +9,7 @@ PREFLIGHT_CHECKS: tuple[str, ...] = (
     "inotify instances",
     "inotify watches",
     "br_netfilter",
-    "nf_conntrack_max",
-    "conntrack hashsize",
+    "nf_conntrack",
     # the host's size
     "CPUs",
     "memory",

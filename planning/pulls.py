@@ -57,6 +57,12 @@ LABCHECK_IMAGES = ("registry.k8s.io/pause:3.10", "docker.io/library/busybox:1.37
 LABCHECK_SMI_IMAGE = "docker.io/nvidia/cuda:12.4.1-base-ubuntu22.04"
 
 
+def kube_proxy_image(tenant: TenantConfig) -> str:
+    """The program's kube-proxy (builders/kube_proxy.py): kubeadm's image at the tenant's
+    version, as Kamaji's addon picked it."""
+    return f"registry.k8s.io/kube-proxy:{tenant.kubernetes_version}"
+
+
 @dataclass(frozen=True)
 class ImagePull:
     image: str  # the full reference: registry/repository:tag[@digest]
@@ -177,14 +183,15 @@ def _platform(cfg: LabConfig, pulls: _Collector) -> None:
 
 def _control_plane(tenant: TenantConfig, pulls: _Collector) -> None:
     """What Kamaji runs for a tenant: its control plane in the management cluster, its addons
-    on the tenant's workers (konnectivity at v0.<minor>.0, as Kamaji infers it)."""
+    on the tenant's workers (konnectivity at v0.<minor>.0, as Kamaji infers it); and the
+    program's kube-proxy there."""
     version, (_, minor) = tenant.kubernetes_version, kubernetes_minor(tenant.kubernetes_version)
     for part in ("kube-apiserver", "kube-controller-manager", "kube-scheduler"):
         pulls.image(f"registry.k8s.io/{part}:{version}", MANAGEMENT, f"{tenant.name} control plane")
     konnectivity = f"registry.k8s.io/kas-network-proxy/proxy-{{}}:v0.{minor}.0"
     pulls.image(konnectivity.format("server"), MANAGEMENT, f"{tenant.name} control plane")
     pulls.image(konnectivity.format("agent"), tenant.name, "Kamaji addon")
-    pulls.image(f"registry.k8s.io/kube-proxy:{version}", tenant.name, "Kamaji addon")
+    pulls.image(kube_proxy_image(tenant), tenant.name, "kube-proxy")
     pulls.image(KAMAJI_COREDNS, tenant.name, "Kamaji addon")
 
 

@@ -30,22 +30,10 @@ MIN_INOTIFY_WATCHES = 524288
 KIND_MINOR = (0, 31)
 KIND_RELEASE = "v0.31.0"
 
-# kube-proxy's conntrack defaults (kubeadm's KubeProxyConfiguration, which Kamaji installs
-# and re-applies): nf_conntrack_max = max(maxPerCore x CPUs, min), capped from v1.36.0 on.
-CONNTRACK_PER_CPU = 32768
-CONNTRACK_MIN = 131072
-CONNTRACK_CAP = 1048576
-CONNTRACK_CAP_SINCE = (1, 36)
-CONNTRACK_CAP_VERSION = "v{}.{}".format(*CONNTRACK_CAP_SINCE)
-# Up to v1.35 kube-proxy skips the hashsize write when /sys is read-only, as it is in a worker;
-# v1.36.0 dropped that skip (kubernetes#134108), so a small hashsize makes it exit there.
-HASHSIZE_STRICT_SINCE = (1, 36)
-
 SYSCTL_D = "/etc/sysctl.d/90-kamaji-hami-lab"
 BRIDGE_NF = "/proc/sys/net/bridge/bridge-nf-call-iptables"
 # kubectl is supported within one minor version (older or newer) of each API server it talks to.
 KUBECTL_SKEW = 1
-HASHSIZE = "/sys/module/nf_conntrack/parameters/hashsize"
 SUBNET_CANDIDATES = ("10.213.0.0/16", "10.214.0.0/16", "192.168.213.0/24")
 
 # The Pulumi CLI the lab was run and tested with (the workflows and the real tier pin it too).
@@ -94,91 +82,29 @@ def module_fix(module: str, conf: str) -> tuple[str, str]:
     return (f"sudo modprobe {module}", f"echo {module} | sudo tee {conf}")
 
 
-def kube_proxy_conntrack_max(version: str, cpus: int) -> int:
-    """The nf_conntrack_max kube-proxy of `version` writes on a host with `cpus` CPUs.
+def conntrack_findings(conntrack_max: int | None, versions: Sequence[str]) -> list[Finding]:
+    """nf_conntrack loaded, for the tenants whose kube-proxy runs in a worker container here.
 
-    It writes whenever the value differs, higher or lower; in a worker container the kernel
-    refuses the write (the sysctl is read-only outside the initial netns) and kube-proxy
-    exits, so the host must already hold exactly this value (seen with v1.35.4 on this kind
-    of worker: tests/host/test_kube_proxy_conntrack.py).
+    Their kube-proxy is the program's own, told to leave the host's conntrack table alone
+    (builders/kube_proxy.py: `maxPerCore: 0`): the host's nf_conntrack_max and hashsize are
+    the host's to choose. At start it still sets the per-netns TCP timeouts of its worker's
+    netns, entries that exist only while the module is loaded: without them it exits.
     """
-    scaled = CONNTRACK_PER_CPU * cpus
-    if kubernetes_minor(version) >= CONNTRACK_CAP_SINCE and scaled > CONNTRACK_CAP:
-        return CONNTRACK_CAP
-    return max(scaled, CONNTRACK_MIN)
-
-
-def conntrack_findings(
-    conntrack_max: int | None, hashsize: int | None, versions: Sequence[str], cpus: int
-) -> list[Finding]:
     if not versions:
         return []  # no tenant kube-proxy in a container on this host
-    wanted: dict[int, list[str]] = {}
-    for version in versions:
-        wanted.setdefault(kube_proxy_conntrack_max(version, cpus), []).append(version)
-    if len(wanted) > 1:
-        claims = "; ".join(f"{', '.join(v)} set {n}" for n, v in sorted(wanted.items()))
-        return [
-            Finding(
-                "nf_conntrack_max",
-                False,
-                f"tenant kube-proxies want different values on {cpus} CPUs ({claims}): "
-                "one group crash-loops whatever the host holds",
-                (
-                    f"give every tenant a version below {CONNTRACK_CAP_VERSION} or every "
-                    f"one {CONNTRACK_CAP_VERSION}+ (kube-proxy caps at {CONNTRACK_CAP} "
-                    "from v1.36.0), or use a host with at most 32 CPUs",
-                ),
-            )
-        ]
-    ((target, owners),) = wanted.items()
-    load = module_fix("nf_conntrack", "/etc/modules-load.d/kamaji-hami-lab.conf")
-    max_fix = (
-        *(load if conntrack_max is None else ()),
-        *sysctl_fix("net.netfilter.nf_conntrack_max", target, "conntrack"),
-    )
-    who = f"kube-proxy {', '.join(owners)} on {cpus} CPUs"
+    loaded = conntrack_max is not None
     return [
         Finding(
-            "nf_conntrack_max",
-            conntrack_max == target,
-            f"{conntrack_max if conntrack_max is not None else 'nf_conntrack not loaded'} "
-            f"(need exactly {target}: {who} rewrites any other value and crash-loops)",
-            max_fix,
-        ),
-        hashsize_finding(hashsize, target, owners, load),
-    ]
-
-
-def hashsize_finding(
-    hashsize: int | None, target: int, versions: Sequence[str], load: tuple[str, ...]
-) -> Finding:
-    """kube-proxy raises a hashsize below target/4. In a worker /sys is read-only (kind's
-    entrypoint remounts it; a pod's sysfs in that netns is too): up to v1.35 kube-proxy then
-    only logs it and runs on, from v1.36 the write fails and it exits."""
-    buckets = target // 4
-    strict = [v for v in versions if kubernetes_minor(v) >= HASHSIZE_STRICT_SINCE]
-    fix = (
-        *(load if hashsize is None else ()),
-        f"echo {buckets} | sudo tee {HASHSIZE}",
-        f"echo 'options nf_conntrack hashsize={buckets}' | sudo tee "
-        "/etc/modprobe.d/kamaji-hami-lab.conf",
-    )
-    found = f"{hashsize}" if hashsize is not None else "nf_conntrack not loaded"
-    if not strict:
-        return Finding(
-            "conntrack hashsize",
-            True,
-            f"{found} (kube-proxy {', '.join(versions)} leaves it as it is in a worker; "
-            f"{buckets}, a quarter of {target}, keeps its hash chains short)",
+            "nf_conntrack",
+            loaded,
+            f"loaded (nf_conntrack_max {conntrack_max}, the host's own: the tenants' "
+            "kube-proxies leave it as it is)"
+            if loaded
+            else "not loaded (kube-proxy sets its conntrack timeouts at start and exits "
+            "without them)",
+            module_fix("nf_conntrack", "/etc/modules-load.d/kamaji-hami-lab.conf"),
         )
-    return Finding(
-        "conntrack hashsize",
-        hashsize is not None and hashsize >= buckets,
-        f"{found} (need >= {buckets}, a quarter of {target}: kube-proxy {', '.join(strict)} "
-        "raises a smaller one, which fails in a worker, and crash-loops)",
-        fix,
-    )
+    ]
 
 
 def size_findings(facts: HostFacts, sizing: Sizing, previous: Sizing | None) -> list[Finding]:
@@ -483,9 +409,7 @@ def kernel_findings(facts: HostFacts) -> list[Finding]:
 def check_host(facts: HostFacts, plan: HostPlan, previous: Sizing | None = None) -> list[Finding]:
     return [
         *kernel_findings(facts),
-        *conntrack_findings(
-            facts.conntrack_max, facts.conntrack_hashsize, plan.kube_proxy_versions, facts.cpus
-        ),
+        *conntrack_findings(facts.conntrack_max, plan.kube_proxy_versions),
         *size_findings(facts, plan.sizing, previous),
         *docker_findings(facts.docker),
         *tool_findings(facts.tools, plan.kind_cluster, plan.kamaji_charts),

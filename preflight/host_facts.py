@@ -47,7 +47,6 @@ class HostFacts:
     inotify_instances: int
     inotify_watches: int
     conntrack_max: int | None  # None: nf_conntrack not loaded yet
-    conntrack_hashsize: int | None
     # net.bridge.bridge-nf-call-iptables; None: no such sysctl, br_netfilter neither loaded nor
     # built in. Read, not /sys/module/br_netfilter: built-in code without parameters has none.
     bridge_nf_call_iptables: int | None
@@ -187,7 +186,6 @@ def read_host_facts(run: Run, root: Path = Path("/"), disk_path: str | None = No
         inotify_instances=_read_int(proc_sys / "fs/inotify/max_user_instances") or 0,
         inotify_watches=_read_int(proc_sys / "fs/inotify/max_user_watches") or 0,
         conntrack_max=_read_int(proc_sys / "net/netfilter/nf_conntrack_max"),
-        conntrack_hashsize=_read_int(root / "sys/module/nf_conntrack/parameters/hashsize"),
         bridge_nf_call_iptables=_read_int(proc_sys / "net/bridge/bridge-nf-call-iptables"),
         cpus=online_cpus(root),
         mem_available_mb=_mem_available_mb(root / "proc/meminfo"),

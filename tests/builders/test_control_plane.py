@@ -50,7 +50,17 @@ def test_tenant_control_plane_fields():
         "operator": "Exists",
         "effect": "NoSchedule",
     } in (konnectivity["agent"]["tolerations"])
-    assert spec["addons"]["coreDNS"] == {} and spec["addons"]["kubeProxy"] == {}
+    assert spec["addons"]["coreDNS"] == {}
+
+
+@pytest.mark.upstream("kamaji-kube-proxy-addon-is-kubeadms-default")
+def test_kamajis_kube_proxy_addon_is_off_in_every_stack():
+    """Its configuration cannot be the lab's (Kamaji rewrites it); the program runs its own
+    (builders/kube_proxy.py)."""
+    for tenant in (*CFG.tenants, *GPU.tenants):
+        address = str(PLAN.tenant_addresses["tenant-a"])
+        addons = tenant_control_plane_manifest(tenant, address)["spec"]["addons"]
+        assert "kubeProxy" not in addons and addons.keys() == {"coreDNS", "konnectivity"}
 
 
 def _requests(tcp: dict) -> dict[str, dict[str, str]]:

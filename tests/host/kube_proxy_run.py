@@ -1,12 +1,17 @@
 """The real kube-proxy v1.35.4 in a worker container of the node image, against a real API server.
 
-What a Kamaji tenant's kube-proxy DaemonSet pod does on a lab worker, without a kubelet: the
-node image's preloaded `registry.k8s.io/kube-proxy:v1.35.4`, run by the worker's containerd as
-a privileged container in the worker's network namespace (kubeadm's DaemonSet: `hostNetwork`,
-`privileged`, /lib/modules read-only), with kubeadm's KubeProxyConfiguration (printed by the
-worker's own kubeadm: conntrack maxPerCore and min left to kube-proxy's defaults, 32768 and
-131072; mode iptables). The API server is the real tier's (tests/real/controlplane.py) on
-loopback, reached through a forwarder on the test network's gateway.
+What a tenant's kube-proxy DaemonSet pod does on a lab worker, without a kubelet: the node
+image's preloaded `registry.k8s.io/kube-proxy:v1.35.4`, run by the worker's containerd as a
+privileged container in the worker's network namespace (kubeadm's DaemonSet: `hostNetwork`,
+`privileged`, /lib/modules read-only), with either configuration: the program's
+(builders/kube_proxy.py, `conntrack.maxPerCore: 0`) or kubeadm's default, which Kamaji's addon
+deploys (printed by the worker's own kubeadm: conntrack maxPerCore and min left to kube-proxy's
+defaults, 32768 and 131072; mode iptables). The API server is the real tier's
+(tests/real/controlplane.py) on loopback, reached through a forwarder on the test network's
+gateway.
+
+kube-proxy v1.36.3 runs the same way, its binary (built here from its Go module) mounted over
+the image's: v1.36 changed what kube-proxy does with the conntrack hash size.
 
 Used by test_kube_proxy_conntrack.py. Everything it creates is named `hc-`.
 """
@@ -29,11 +34,14 @@ from typing import Any
 
 import yaml
 from docker_host import Docker
-from node_image import K8S_VERSION, REGISTRY
+from node_image import K8S_VERSION, REGISTRY, BuildPaths, binaries, go_env
 from program import declared
 from test_workers import WORKER, create_as_the_provider, remove_as_the_provider
 
+from builders import kube_proxy
+from labconfig.parse import parse_config
 from tests.support.docker_readback import container_attributes
+from tests.support.pulumi_harness import lab_stack_config
 
 NETWORK = "hc-net"
 SUBNET = "172.28.0.0/16"
@@ -80,6 +88,40 @@ def host_conntrack(wanted: HostConntrack) -> Iterator[HostConntrack]:
         yield original
     finally:
         original.write()
+
+
+NEXT_VERSION = binaries.K8S_NEXT_VERSION  # v1.36.3, the real tier's second version
+# A set of its own (the real tier's kubernetes-next set builds no kube-proxy); the same module
+# and version, so Go's build cache shares the work.
+KUBE_PROXY_NEXT_SET = binaries.BinarySet(
+    name="host-kube-proxy-next",
+    module="k8s.io/kubernetes",
+    version=NEXT_VERSION,
+    packages=("k8s.io/kubernetes/cmd/kube-proxy",),
+    local_replace_version="v0." + NEXT_VERSION.split(".", 1)[1],
+    ldflags=binaries._k8s_ldflags(NEXT_VERSION),
+    bin_subdir=NEXT_VERSION,
+)
+NEXT_BINARY = f"/opt/hc/kube-proxy-{NEXT_VERSION}"  # in the worker
+
+
+def kube_proxy_next(tier_cache: Path) -> Path:
+    """kube-proxy v1.36.3, built once into the tier's cache."""
+    paths = BuildPaths.under(tier_cache)
+    env, go_version = go_env()
+    binaries.build_set(KUBE_PROXY_NEXT_SET, paths.go_root, env, go_version)
+    return paths.go_root / "bin" / NEXT_VERSION / "kube-proxy"
+
+
+def kubeadm_default_target(version: str, cpus: int) -> int:
+    """The nf_conntrack_max kube-proxy writes with kubeadm's default configuration (Kamaji's
+    addon): max(32768 x CPUs, 131072), capped at 1048576 from v1.36.0 (upstream facts
+    `kube-proxy-conntrack-max-exact`, `kube-proxy-max-per-core-zero-skips-the-conntrack-table`)."""
+    scaled = 32768 * cpus
+    minor = int(version.lstrip("v").split(".")[1])
+    if minor >= 36 and scaled > 1048576:
+        return 1048576
+    return max(scaled, 131072)
 
 
 # --- the API server, reached from the test network ---------------------------------------
@@ -163,6 +205,14 @@ def kubeadm_kube_proxy_config(printed: str) -> dict[str, Any]:
     documents = [d for d in yaml.safe_load_all(printed) if d]
     (config,) = [d for d in documents if d.get("kind") == "KubeProxyConfiguration"]
     return {**config, "clusterCIDR": CLUSTER_CIDR, "mode": "iptables"}
+
+
+def program_kube_proxy_config(version: str = K8S_VERSION) -> dict[str, Any]:
+    """The program's KubeProxyConfiguration for the lab stack's first tenant (container
+    workers) at `version`, its pod CIDR the test's."""
+    tenant = parse_config(lab_stack_config()).tenants[0]
+    tenant = tenant.model_copy(update={"kubernetes_version": version, "pod_cidr": CLUSTER_CIDR})
+    return kube_proxy.configuration(tenant)
 
 
 # --- the worker ----------------------------------------------------------------------------
@@ -264,15 +314,18 @@ def _about_conntrack(line: str) -> bool:
     return any(word in line for word in ("conntrack", "Sysfs", "Error running ProxyServer"))
 
 
-def ctr_run_argv(*kube_proxy_args: str) -> list[str]:
+def ctr_run_argv(*kube_proxy_args: str, binary: str | None = None) -> list[str]:
     """kubeadm's DaemonSet as a containerd task of the worker: privileged, host network, the
-    config and /lib/modules mounted read-only, /run/xtables.lock shared."""
+    config and /lib/modules mounted read-only, /run/xtables.lock shared; `binary` (a file in
+    the worker) mounted over the image's kube-proxy."""
+    program = "/usr/local/bin/kube-proxy"
+    over = ["--mount", f"type=bind,src={binary},dst={program},options=rbind:ro"] if binary else []
     return [
         "ctr", "-n", "k8s.io", "run", "--rm", "--privileged", "--net-host",
         "--mount", f"type=bind,src={CONFIG_DIR},dst={CONFIG_DIR},options=rbind:ro",
         "--mount", "type=bind,src=/lib/modules,dst=/lib/modules,options=rbind:ro",
         "--mount", "type=bind,src=/run/xtables.lock,dst=/run/xtables.lock,options=rbind:rw",
-        IMAGE, TASK, "/usr/local/bin/kube-proxy", *kube_proxy_args,
+        *over, IMAGE, TASK, program, *kube_proxy_args,
     ]  # fmt: skip
 
 
@@ -286,9 +339,23 @@ class Worker:
     docker: Docker
     container: str
     probe_ip: str
+    kubeadm_config: dict[str, Any]  # kubeadm's default, as Kamaji's addon deploys it
 
     def netns_max(self) -> int:
         return int(self.sh(f"cat {CONNTRACK_MAX}").stdout)
+
+    def netns_value(self, name: str) -> int:
+        return int(self.sh(f"cat /proc/sys/net/netfilter/{name}").stdout)
+
+    def install(self, binary: Path, path: str) -> str:
+        """`binary` copied into the worker at `path`."""
+        assert self.sh(f"mkdir -p $(dirname {path})").returncode == 0
+        self.docker.run("cp", str(binary), f"{self.container}:{path}")
+        return path
+
+    def use_config(self, config: dict[str, Any]) -> None:
+        """kube-proxy's config.conf (the ConfigMap's key) for the next run."""
+        write_file(self.docker, self.container, f"{CONFIG_DIR}/config.conf", yaml.safe_dump(config))
 
     def sh(self, script: str) -> subprocess.CompletedProcess[str]:
         return sh(self.docker, self.container, script)
@@ -307,13 +374,13 @@ class Worker:
         done = exec_in(self.docker, self.container, *ctr_run_argv("--cleanup"))
         assert done.returncode == 0, done.stdout + done.stderr
 
-    def run_kube_proxy(self, host: HostConntrack) -> KubeProxyRun:
-        """Start kube-proxy; wait for it to exit, or to write the probe Service's rules (then
-        probe it and stop it)."""
+    def run_kube_proxy(self, host: HostConntrack, binary: str | None = None) -> KubeProxyRun:
+        """Start kube-proxy (the image's, or `binary` in the worker); wait for it to exit, or
+        to write the probe Service's rules (then probe it and stop it)."""
         self.cleanup()
         before = self.netns_max()
         process = subprocess.Popen(
-            ["docker", "exec", self.container, *ctr_run_argv(*KUBE_PROXY_ARGS)],
+            ["docker", "exec", self.container, *ctr_run_argv(*KUBE_PROXY_ARGS, binary=binary)],
             env=self.docker.env(),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -399,15 +466,16 @@ def worker_with_kube_proxy(docker: Docker, node_image: str, workdir: Path) -> It
                 "--component-configs", "KubeProxyConfiguration",
             )  # fmt: skip
             config = kubeadm_kube_proxy_config(printed.stdout)
+            path = config["clientConnection"]["kubeconfig"]
+            assert path == program_kube_proxy_config()["clientConnection"]["kubeconfig"]
             kubeconfig = kube_proxy_kubeconfig(
                 plane.ca_path.read_text(), forwarded, plane.admin_token
             )
             write_file(docker, container, f"{CONFIG_DIR}/config.conf", yaml.safe_dump(config))
-            write_file(docker, container, config["clientConnection"]["kubeconfig"],
-                       yaml.safe_dump(kubeconfig))  # fmt: skip
+            write_file(docker, container, path, yaml.safe_dump(kubeconfig))
             assert sh(docker, container, "touch /run/xtables.lock").returncode == 0
             probe_ip = plane.get_json("service", "hc-probe")["spec"]["clusterIP"]
-            yield Worker(docker, container, probe_ip)
+            yield Worker(docker, container, probe_ip, config)
     finally:
         if container is not None:
             remove_as_the_provider(docker, container)

@@ -11,8 +11,11 @@ The tier's stack config is the lab stack's with two workers per tenant, the tena
 v1.35.4 (the one 1.35 patch built here), the node image by its mirrored name and the agent
 image by the digest containerd gives it: keys a user sets the same way.
 
-The host's nf_conntrack_max is set to kube-proxy's target, as the preflight asks, for the
-lifetime of the lab, and restored after (test_kube_proxy_conntrack.py measures both cases).
+Each tenant's kube-proxy is the program's own (its KubeProxy component's objects), applied once
+the stand-in's API server answers, as Kamaji's addon would have been. The host's conntrack
+table is left as the host has it; only when nf_conntrack_max happens to equal what kubeadm's
+default configuration would make kube-proxy write is it moved off that value for the lab's
+lifetime (and restored), so the lab shows kube-proxy running at a value it would have refused.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import tenant_stand_in
 import workload_images
 from docker_host import SESSION_ENV, Docker
 from images import busybox_applets, busybox_binary, busybox_image, busybox_rootfs
+from kube_proxy_run import HostConntrack, kubeadm_default_target
 from management_cluster import run_script
 from node_image import binaries, docker_archive
 from program import NETWORK_RESOURCE, TierHost
@@ -41,7 +45,6 @@ from test_workers import create_as_the_provider, leftover
 
 from builders.kubeconfig import checked_kubeconfig
 from builders.lock_wait_policy import POD_GROUP_LABEL
-from preflight.checks import kube_proxy_conntrack_max
 from preflight.host_facts import online_cpus
 from tests.support.docker_readback import container_attributes
 from tests.support.pulumi_harness import ProgramRun, integral_numbers, run_program
@@ -50,7 +53,6 @@ TENANTS = ("tenant-a", "tenant-b")
 WORKERS_PER_TENANT = 2
 VERSION = "v1.35.4"
 READY_TIMEOUT_SECONDS = 240
-CONNTRACK_MAX = Path("/proc/sys/net/netfilter/nf_conntrack_max")
 
 
 def tier_config(node_image: str, agent_image: str) -> dict[str, Any]:
@@ -94,7 +96,8 @@ class TenantLab:
     stand_ins: dict[str, tenant_stand_in.StandIn] = field(default_factory=dict)
     workers: dict[str, Worker] = field(default_factory=dict)
     before_cni: dict[str, dict[str, Any]] = field(default_factory=dict)  # node -> Ready
-    conntrack: tuple[int, int] = (0, 0)  # (the host's value, the target set)
+    # (the host's conntrack while the lab runs, what kubeadm's default config would write)
+    conntrack: tuple[HostConntrack, int] = (HostConntrack(0, 0), 0)
     agents: set[str] = field(default_factory=set)  # tenants the agent was deployed in
     timings: dict[str, float] = field(default_factory=dict)
 
@@ -217,6 +220,14 @@ class TenantLab:
         )
         self.kubectl_apply(tenant, rendered)
 
+    def apply_kube_proxy(self, tenant: str) -> None:
+        """The program's KubeProxy component's objects (builders/kube_proxy.py)."""
+        objects = tenant_objects.objects(
+            tenant_objects.on_tenant(self.run, tenant), parents=(f"{tenant}-kube-proxy",)
+        )
+        assert len(objects) == 6, f"the program declares {len(objects)} kube-proxy objects"
+        self.apply_objects(tenant, objects)
+
     def apply_agent(self, tenant: str) -> None:
         """The program's SimulatedGpus component's objects (ServiceAccount, RBAC, ConfigMaps,
         Deployment)."""
@@ -294,16 +305,19 @@ def tools_archive(cache: Path, reference: str) -> bytes:
 
 
 @contextmanager
-def conntrack_at_target(version: str) -> Iterator[tuple[int, int]]:
-    """The host's nf_conntrack_max at kube-proxy's target (the preflight's fix), restored."""
-    original = int(CONNTRACK_MAX.read_text())
-    target = kube_proxy_conntrack_max(version, online_cpus(Path("/")))
-    CONNTRACK_MAX.write_text(str(target))
+def conntrack_off_kubeadms_target(version: str) -> Iterator[tuple[HostConntrack, int]]:
+    """The host's conntrack table as it is, unless nf_conntrack_max equals the target
+    kubeadm's default configuration makes kube-proxy write: then twice that, restored after.
+    Yields (the host's settings while the lab runs, that target); the host is the same after."""
+    original = HostConntrack.read()
+    target = kubeadm_default_target(version, online_cpus(Path("/")))
+    wanted = original if original.max != target else HostConntrack(2 * target, original.hashsize)
+    wanted.write()
     try:
-        yield original, target
+        yield wanted, target
     finally:
-        CONNTRACK_MAX.write_text(str(original))
-        assert int(CONNTRACK_MAX.read_text()) == original
+        original.write()
+        assert HostConntrack.read() == original
 
 
 def _timed(lab: TenantLab, what: str, started: float) -> None:
@@ -334,7 +348,7 @@ def tenant_lab(docker: Docker, cache: Path, node_image: str, network: str) -> It
             lab.workers[name] = Worker(name, tenant, attributes, run.named(f"{name}-join").inputs)
     busybox = busybox_image(docker, cache)
     try:
-        with conntrack_at_target(VERSION) as lab.conntrack:
+        with conntrack_off_kubeadms_target(VERSION) as lab.conntrack:
             for tenant, tcp in tcps.items():
                 step = time.monotonic()
                 lab.stand_ins[tenant] = stand_in = tenant_stand_in.start(
@@ -342,6 +356,7 @@ def tenant_lab(docker: Docker, cache: Path, node_image: str, network: str) -> It
                     cache=cache, konnectivity_server=proxies[tenant].server_binary,
                 )  # fmt: skip
                 tenant_stand_in.run_phases(lab.bin_dir, stand_in, tcp)
+                lab.apply_kube_proxy(tenant)  # the program's, where Kamaji's addon would be
                 # what Kamaji's Konnectivity addon applies once the API server answers
                 konnectivity.apply_agent(lab.bin_dir / "kubectl", stand_in.admin_path, tcp)
                 _timed(lab, f"{tenant}: control plane and kubeadm phases", step)

@@ -263,8 +263,10 @@ def kubelet_config_map(tcp: dict[str, Any]) -> dict[str, Any]:
 
 def run_phases(bin_dir: Path, stand_in: StandIn, tcp: dict[str, Any]) -> list[str]:
     """What Kamaji does once the API server answers (kamaji_render.phases), by the real
-    kubeadm, then what Kamaji does differently: its kubelet-config, no bootstrap token, and
-    kube-proxy's empty clusterCIDR. Returns what ran, in order."""
+    kubeadm, then what Kamaji does differently: its kubelet-config, no bootstrap token, and,
+    when the TCP asks for Kamaji's kube-proxy addon, kube-proxy's empty clusterCIDR (the
+    program's TCP does not: it runs its own kube-proxy, TenantLab.apply_kube_proxy). Returns
+    what ran, in order."""
     done = []
     started = time.monotonic()
     admin, super_admin = stand_in.workdir / "admin.conf", stand_in.workdir / "super-admin.conf"
@@ -273,9 +275,12 @@ def run_phases(bin_dir: Path, stand_in: StandIn, tcp: dict[str, Any]) -> list[st
         _checked(found, what)
         done.append(what)
 
+    kamajis_kube_proxy = "kubeProxy" in tcp["spec"].get("addons", {})
     for phase in kamaji_render.phases():
         if phase.kubeadm is None:
             continue  # Konnectivity's (not run here); the cluster-admin binding, below
+        if phase.name == "addon kube-proxy" and not kamajis_kube_proxy:
+            continue  # Kamaji's addon is off (kube_proxy.go: nothing when spec is nil)
         argv = [*phase.kubeadm.split()[1:], f"--config={stand_in.kubeadm_config}"]
         run(phase.kubeadm, kubeadm(bin_dir, *argv, f"--kubeconfig={super_admin}"))
     run(
@@ -294,6 +299,13 @@ def run_phases(bin_dir: Path, stand_in: StandIn, tcp: dict[str, Any]) -> list[st
         "--field-selector", "type=bootstrap.kubernetes.io/token",
     )  # fmt: skip
     run("kubectl delete the bootstrap token kubeadm made (Kamaji makes none)", tokens)
+    if kamajis_kube_proxy:
+        _kamajis_kube_proxy_config(bin_dir, admin, run)
+    stand_in.timings["kubeadm phases"] = time.monotonic() - started
+    return done
+
+
+def _kamajis_kube_proxy_config(bin_dir: Path, admin: Path, run: Any) -> None:
     found = kubectl(bin_dir, admin, "get", "-n", "kube-system", "cm", "kube-proxy", "-o", "json")
     proxy = json.loads(_checked(found, "kube-proxy ConfigMap"))
     config = yaml.safe_load(proxy["data"]["config.conf"])
@@ -303,8 +315,6 @@ def run_phases(bin_dir: Path, stand_in: StandIn, tcp: dict[str, Any]) -> list[st
         "kubectl replace kube-system/kube-proxy (clusterCIDR empty, as Kamaji's)",
         kubectl(bin_dir, admin, "replace", "-f", "-", input=json.dumps(proxy)),
     )
-    stand_in.timings["kubeadm phases"] = time.monotonic() - started
-    return done
 
 
 def remove(docker: Docker, names: Sequence[str]) -> None:

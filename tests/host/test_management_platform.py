@@ -47,7 +47,7 @@ from management_cluster import Cluster, kubectl, management_cluster, run_script
 from node_image import K8S_VERSION, BuildPaths
 from platform_images import MetalLBBuild, build_etcd_image, build_metallb
 from program import CreatedNetwork, TierHost
-from tenant_lab import TenantLab, Worker, conntrack_at_target, worker_names
+from tenant_lab import TenantLab, Worker, conntrack_off_kubeadms_target, worker_names
 from tenant_stand_in import StandIn, run_phases
 from test_node_image import mirrored_config
 from test_workers import leftover
@@ -421,7 +421,8 @@ JOINED_TENANT = "tenant-a"
 def worker(platform: Platform, mirrored_node_image: str) -> Iterator[tuple[TenantLab, Worker]]:
     """The tenant's first worker, created as the provider creates it, with the images a user's
     host would pull, joined by the program's join script with the admin kubeconfig Kamaji
-    hands out (its server: the tenant's MetalLB address), then the program's flannel."""
+    hands out (its server: the tenant's MetalLB address), then the program's kube-proxy and
+    flannel."""
     tenant = platform.tenants[JOINED_TENANT]
     name = worker_names(JOINED_TENANT)[0]
     archives = workload_images.workload_archives(platform.tier_cache)
@@ -436,12 +437,13 @@ def worker(platform: Platform, mirrored_node_image: str) -> Iterator[tuple[Tenan
     joined = Worker(name, JOINED_TENANT, attributes, platform.run.named(f"{name}-join").inputs)
     lab.workers[name] = joined
     with contextlib.ExitStack() as stack:
-        stack.enter_context(conntrack_at_target(K8S_VERSION))  # the preflight's fix
+        stack.enter_context(conntrack_off_kubeadms_target(K8S_VERSION))  # the host's own
         stack.callback(leftover, platform.docker, name)
         lab.create_worker(joined)
         stack.callback(lab.run_leave, joined)  # the program's leave script: its Node goes too
         joined.joined = lab.run_join(joined)
         assert joined.joined.returncode == 0, joined.joined.stderr[-3000:]
+        lab.apply_kube_proxy(JOINED_TENANT)
         lab.apply_flannel(JOINED_TENANT)
         lab.wait_ready([joined])
         platform.timings[f"{name}: container start to Node Ready"] = joined.ready_seconds or 0

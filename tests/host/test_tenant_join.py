@@ -1,24 +1,32 @@
 """Workers join for real (issue 19): two tenants, each a control plane as Kamaji builds it
 (tenant_stand_in.py) and two kindest/node workers that the program's join script joins, with the
-program's flannel, kube-proxy from Kamaji's kubeadm addon phase and CoreDNS from its DNS phase.
+program's flannel and kube-proxy (its KubeProxy component's objects) and CoreDNS from Kamaji's
+DNS phase.
 The lab is the session's `tenants` fixture (tenant_lab.py)."""
 
 from __future__ import annotations
 
 import ipaddress
 import json
-from pathlib import Path
 
 import pytest
 import yaml
 from container_stats import stats
 from footprint_report import FOOTPRINT
+from kube_proxy_run import HostConntrack
 from program import lab_plan
-from tenant_lab import TENANTS, TenantLab, pod_manifest, run_pod, wait_pod, worker_names
+from tenant_lab import (
+    TENANTS,
+    VERSION,
+    TenantLab,
+    pod_manifest,
+    run_pod,
+    wait_pod,
+    worker_names,
+)
 
 from builders.control_plane import dns_service_ip
 from planning import footprint
-from preflight.host_facts import online_cpus
 from tests.support.pulumi_harness import integral_numbers
 
 # What every kubelet adds to its Node by itself (pkg/kubelet/kubelet_node_status.go).
@@ -108,22 +116,27 @@ def test_nodes_are_ready_only_with_the_programs_flannel(tenants: TenantLab):
         assert all(p["status"]["phase"] == "Running" for p in flannel), flannel
 
 
-@pytest.mark.upstream("kube-proxy-conntrack-max-exact")
+@pytest.mark.upstream("kube-proxy-max-per-core-zero-skips-the-conntrack-table")
 @pytest.mark.parametrize("tenant", TENANTS)
-def test_kube_proxy_runs_on_every_worker_at_the_conntrack_target(tenants: TenantLab, tenant: str):
-    """With the host at the preflight's target, Kamaji's kube-proxy runs and never restarts
-    (at any other value it exits: test_kube_proxy_conntrack.py), and the target the tier set
-    is the one each kube-proxy computed for itself."""
+def test_kube_proxy_runs_on_every_worker_and_leaves_the_hosts_conntrack_alone(
+    tenants: TenantLab, tenant: str
+):
+    """The program's kube-proxy runs on every worker and never restarts, with the host's
+    nf_conntrack_max off the value kubeadm's default configuration would have it write (at
+    which Kamaji's addon crash-loops: test_kube_proxy_conntrack.py); it sizes nothing, and
+    the host holds what it held."""
     pods = tenants.get(tenant, "pods", "-n", "kube-system", "-l", "k8s-app=kube-proxy")["items"]
     assert {p["spec"]["nodeName"] for p in pods} == set(worker_names(tenant))
-    target = tenants.conntrack[1]
+    host, kubeadms_target = tenants.conntrack
+    assert host.max != kubeadms_target
     for pod in pods:
         (status,) = pod["status"]["containerStatuses"]
         assert status["ready"] and status["restartCount"] == 0, status
+        assert status["image"].endswith(f"kube-proxy:{VERSION}"), status
         logs = tenants.kubectl(tenant, "logs", "-n", "kube-system", pod["metadata"]["name"])
-        assert f'"Setting nf_conntrack_max" nfConntrackMax={target}' in logs, logs[-2000:]
-    # kube-proxy's rule (cmd/kube-proxy/app/conntrack.go): 32768 per CPU, at least 131072
-    assert target == max(32768 * online_cpus(Path("/")), 131072)
+        assert "Setting nf_conntrack_max" not in logs, logs[-2000:]
+        assert "Setting conntrack hashsize" not in logs, logs[-2000:]
+    assert HostConntrack.read() == host
 
 
 SERVE = (

@@ -351,3 +351,31 @@ def test_secret_paths_read_the_remediation_props_of_the_sdk():
     assert lab_policies.plain(props) == unwrap(raw)
     # the analysis pass gets no markers at all: nothing there to tell a secret from plain text
     assert set(lab_policies.secret_paths(deserialize_properties(raw))) == set()
+
+
+def test_only_the_nodes_own_kube_proxy_may_run_privileged_in_a_tenant():
+    """kubeadm's kube-proxy DaemonSet (the tenants' own: builders/kube_proxy.py) is privileged;
+    the same container elsewhere, or another container in it, is not allowed."""
+    pod = {"containers": [{"name": "kube-proxy", "securityContext": {"privileged": True}}]}
+    proxy = {
+        "metadata": {"name": "kube-proxy", "namespace": "kube-system"},
+        "spec": {"template": {"spec": pod}},
+    }
+    daemon_set = "kubernetes:apps/v1:DaemonSet"
+    assert lab_rules.privileged_violations(daemon_set, proxy) == []
+    elsewhere = {**proxy, "metadata": {"name": "kube-proxy", "namespace": "default"}}
+    renamed = {**proxy, "metadata": {"name": "proxy", "namespace": "kube-system"}}
+    for props in (elsewhere, renamed):
+        assert lab_rules.privileged_violations(daemon_set, props) == [
+            "container 'kube-proxy' is privileged"
+        ]
+    deployment = "kubernetes:apps/v1:Deployment"
+    assert lab_rules.privileged_violations(deployment, proxy) != []
+    sidecar = {"name": "sidecar", "securityContext": {"privileged": True}}
+    with_sidecar = {
+        **proxy,
+        "spec": {"template": {"spec": {"containers": [*pod["containers"], sidecar]}}},
+    }
+    assert lab_rules.privileged_violations(daemon_set, with_sidecar) == [
+        "container 'sidecar' is privileged"
+    ]

@@ -17,7 +17,6 @@ from preflight import checks as preflight
 from preflight.checks import (
     check_host,
     conntrack_findings,
-    kube_proxy_conntrack_max,
     kubectl_skew_findings,
     report,
     subnet_clashes,
@@ -57,7 +56,7 @@ def test_a_good_host_passes_everything():
             "sudo sysctl -w net.bridge.bridge-nf-call-iptables=1",
         ),
         ({"mem_available_mb": 2000}, "memory", "free memory or configure fewer tenants/workers"),
-        ({"cpus": 2, "conntrack_max": 131072}, "CPUs", "give the host more CPUs"),
+        ({"cpus": 2}, "CPUs", "give the host more CPUs"),
         ({"disk_free_gb": 3.0}, "disk", "free space under Docker's data root"),
     ],
 )
@@ -67,142 +66,61 @@ def test_each_failure_names_its_fix(change, check, fix):
     assert fixes[check][0].startswith(fix)
 
 
-@pytest.mark.upstream("kube-proxy-conntrack-max-exact", "kube-proxy-conntrack-cap-v1-36")
-@pytest.mark.parametrize(
-    ("version", "cpus", "target"),
-    [
-        ("v1.35.0", 1, 131072),  # the floor (conntrack.min)
-        ("v1.35.0", 4, 131072),
-        ("v1.35.0", 8, 262144),
-        ("v1.35.0", 16, 524288),
-        ("v1.35.0", 40, 1310720),  # no cap before v1.36
-        ("v1.31.0", 64, 2097152),
-        ("v1.34.4", 48, 1572864),
-        ("v1.36.0", 32, 1048576),
-        ("v1.36.0", 40, 1048576),  # capped (kubernetes/kubernetes#137002)
-        ("v1.36.3", 128, 1048576),
-        ("v1.36.1", 8, 262144),
-    ],
-)
-def test_kube_proxy_target_per_version_and_cpus(version, cpus, target):
-    """B3: kube-proxy writes max(32768 x CPUs, 131072), capped at 1048576 from v1.36.0 on."""
-    assert kube_proxy_conntrack_max(version, cpus) == target
+@pytest.mark.upstream("kube-proxy-max-per-core-zero-skips-the-conntrack-table")
+@pytest.mark.parametrize("host_value", [65536, 131071, 262144, 1048576, 4194304])
+@pytest.mark.parametrize("versions", [("v1.35.0",), ("v1.36.0",), ("v1.31.0", "v1.36.3")])
+def test_the_hosts_conntrack_table_is_the_hosts_own(host_value, versions):
+    """The program's kube-proxy leaves the host's conntrack table alone (`maxPerCore: 0`), so
+    any nf_conntrack_max passes, for tenants on both sides of v1.36 too. The old rule asked
+    for exactly kube-proxy's target (131072 on these 4 CPUs) and failed every value here but
+    none; with tenants on both sides of v1.36 above 32 CPUs it failed every value."""
+    plan = replace(PLAN, kube_proxy_versions=versions)
+    assert failed(replace(GOOD, conntrack_max=host_value), plan) == {}
+    assert failed(replace(GOOD, cpus=40, conntrack_max=host_value), plan) == {}
+    (finding,) = [f for f in check_host(replace(GOOD, conntrack_max=host_value), plan)
+                  if "conntrack" in f.check]  # fmt: skip
+    assert (finding.check, finding.ok) == ("nf_conntrack", True)
+    assert f"nf_conntrack_max {host_value}, the host's own" in finding.detail
 
 
-@pytest.mark.upstream(
-    "kube-proxy-conntrack-max-exact", "nf-conntrack-max-read-only-outside-the-initial-netns"
-)
-@pytest.mark.parametrize("host_value", [65536, 131071, 131073, 262144, 1048576])
-def test_conntrack_max_fails_when_it_differs_either_way(host_value):
-    """B3: a value above kube-proxy's target crash-loops it as surely as one below; the
-    kernel default 262144 is the README's old advice and is wrong on a 4-CPU host. Seen with
-    v1.35.4 in a worker at 2 x and 0.5 x its target (tests/host/test_kube_proxy_conntrack.py):
-    "open /proc/sys/net/netfilter/nf_conntrack_max: permission denied", exit 1."""
-    fixes = failed(replace(GOOD, conntrack_max=host_value))
-    assert fixes == {
-        "nf_conntrack_max": (
-            "sudo sysctl -w net.netfilter.nf_conntrack_max=131072",
-            "echo net.netfilter.nf_conntrack_max=131072 | "
-            "sudo tee /etc/sysctl.d/90-kamaji-hami-lab-conntrack.conf",
+def test_nf_conntrack_not_loaded_says_to_load_it():
+    """kube-proxy still sets its worker netns's conntrack timeouts at start; those entries
+    exist only while nf_conntrack is loaded."""
+    assert failed(replace(GOOD, conntrack_max=None)) == {
+        "nf_conntrack": (
+            "sudo modprobe nf_conntrack",
+            "echo nf_conntrack | sudo tee /etc/modules-load.d/kamaji-hami-lab.conf",
         )
     }
+    assert conntrack_findings(None, ["v1.35.0"])[0].detail.startswith("not loaded")
 
 
-V1_36 = replace(PLAN, kube_proxy_versions=("v1.36.0",))
-
-
-@pytest.mark.upstream("kube-proxy-conntrack-hashsize")
-def test_hashsize_below_a_quarter_of_the_target_fails_for_v1_36_with_the_exact_value():
-    """T7: on 8 CPUs v1.36 wants 262144, so hashsize >= 65536; it raises a smaller one, the
-    write fails in a worker (read-only /sys), and from v1.36 kube-proxy exits on that."""
-    host = replace(GOOD, cpus=8, conntrack_max=262144, conntrack_hashsize=32768)
-    assert failed(host, V1_36) == {
-        "conntrack hashsize": (
-            "echo 65536 | sudo tee /sys/module/nf_conntrack/parameters/hashsize",
-            "echo 'options nf_conntrack hashsize=65536' | "
-            "sudo tee /etc/modprobe.d/kamaji-hami-lab.conf",
-        )
-    }
-    assert failed(replace(host, conntrack_hashsize=65536), V1_36) == {}
-    assert failed(replace(host, conntrack_hashsize=1048576), V1_36) == {}  # never lowered
-    both = replace(V1_36, kube_proxy_versions=("v1.35.0", "v1.36.0"))
-    (finding,) = [f for f in check_host(host, both) if f.check == "conntrack hashsize"]
-    assert not finding.ok and "kube-proxy v1.36.0 raises a smaller one" in finding.detail
-
-
-@pytest.mark.upstream("kube-proxy-conntrack-hashsize")
-@pytest.mark.parametrize("version", ["v1.31.0", "v1.35.0", "v1.35.4"])
-def test_a_small_hashsize_passes_below_v1_36(version):
-    """Seen with v1.35.4 in a worker (tests/host/test_kube_proxy_conntrack.py): /sys is
-    read-only there, kube-proxy logs "Sysfs is not writable", skips the write, and runs."""
-    plan = replace(PLAN, kube_proxy_versions=(version,))
-    host = replace(GOOD, cpus=40, conntrack_max=1310720, conntrack_hashsize=16384)
-    assert failed(host, plan) == {}
-    (finding,) = [f for f in check_host(host, plan) if f.check == "conntrack hashsize"]
-    assert finding.detail == (
-        f"16384 (kube-proxy {version} leaves it as it is in a worker; 327680, a quarter of "
-        "1310720, keeps its hash chains short)"
-    )
-
-
-@pytest.mark.upstream("kube-proxy-conntrack-cap-v1-36")
-def test_a_v1_36_tenant_on_a_big_host_wants_the_cap():
-    """B3: from v1.36.0 kube-proxy caps at 1048576; its hashsize need is 262144, the default."""
-    plan = replace(PLAN, kube_proxy_versions=("v1.36.0",))
-    host = replace(GOOD, cpus=40, conntrack_max=1310720, conntrack_hashsize=262144)
-    fixes = failed(host, plan)
-    assert fixes["nf_conntrack_max"][0] == "sudo sysctl -w net.netfilter.nf_conntrack_max=1048576"
-    assert list(fixes) == ["nf_conntrack_max"]
-    assert failed(replace(host, conntrack_max=1048576), plan) == {}
-
-
-@pytest.mark.upstream("kube-proxy-conntrack-cap-v1-36")
-def test_tenants_on_both_sides_of_the_cap_conflict_on_a_big_host():
-    """B3: v1.35 wants 32768 x 40, v1.36 the cap: no host value satisfies both."""
-    (finding,) = conntrack_findings(1048576, 1048576, ["v1.35.0", "v1.36.0"], cpus=40)
-    assert not finding.ok
-    assert finding.detail == (
-        "tenant kube-proxies want different values on 40 CPUs (v1.36.0 set 1048576; "
-        "v1.35.0 set 1310720): one group crash-loops whatever the host holds"
-    )
-    assert "v1.36" in finding.fix[0] and "at most 32 CPUs" in finding.fix[0]
-    # Up to 32 CPUs both want 32768 x CPUs: no conflict.
-    same = conntrack_findings(262144, 262144, ["v1.35.0", "v1.36.0"], cpus=8)
-    assert [(f.check, f.ok) for f in same] == [
-        ("nf_conntrack_max", True),
-        ("conntrack hashsize", True),
-    ]
-
-
-def test_conntrack_not_loaded_says_to_load_it_first():
-    fixes = failed(replace(GOOD, conntrack_max=None, conntrack_hashsize=None))
-    assert fixes["nf_conntrack_max"][:2] == (
-        "sudo modprobe nf_conntrack",
-        "echo nf_conntrack | sudo tee /etc/modules-load.d/kamaji-hami-lab.conf",
-    )
-    assert fixes["nf_conntrack_max"][2] == "sudo sysctl -w net.netfilter.nf_conntrack_max=131072"
-    assert "conntrack hashsize" not in fixes  # v1.35 leaves it alone in a worker
-    fixes = failed(replace(GOOD, conntrack_max=None, conntrack_hashsize=None), V1_36)
-    assert fixes["conntrack hashsize"][:2] == fixes["nf_conntrack_max"][:2]
-    assert fixes["conntrack hashsize"][2].startswith("echo 32768 | sudo tee ")
-
-
-def test_no_container_workers_means_no_conntrack_constraint():
+def test_no_container_workers_means_no_conntrack_check():
     plan = replace(PLAN, kube_proxy_versions=(), sizing=Sizing(1, 0))
-    assert failed(replace(GOOD, conntrack_max=65536), plan) == {}
+    assert failed(replace(GOOD, conntrack_max=None), plan) == {}
+    assert conntrack_findings(None, []) == []
+
+
+def test_the_preflight_writes_no_conntrack_setting():
+    """No fix the preflight can print sets nf_conntrack_max or the hash size."""
+    worst = replace(GOOD, conntrack_max=None, cpus=64)
+    plan = replace(PLAN, kube_proxy_versions=("v1.35.0", "v1.36.0"))
+    lines = [line for fix in failed(worst, plan).values() for line in fix]
+    assert lines and not [line for line in lines if "conntrack_max" in line or "hash" in line]
+    assert "nf_conntrack_max" not in PREFLIGHT_CHECKS
+    assert "conntrack hashsize" not in PREFLIGHT_CHECKS
 
 
 def test_the_report_prints_every_fix_line():
-    findings = check_host(replace(GOOD, conntrack_max=262144), PLAN)
+    findings = check_host(replace(GOOD, conntrack_max=None), PLAN)
     lines = report(findings).splitlines()
     at = lines.index(
-        "FAIL nf_conntrack_max   262144 (need exactly 131072: kube-proxy v1.35.0 on 4 CPUs "
-        "rewrites any other value and crash-loops)"
+        "FAIL nf_conntrack       not loaded (kube-proxy sets its conntrack timeouts at start "
+        "and exits without them)"
     )
     assert lines[at + 1 : at + 3] == [
-        "     fix: sudo sysctl -w net.netfilter.nf_conntrack_max=131072",
-        "          echo net.netfilter.nf_conntrack_max=131072 | "
-        "sudo tee /etc/sysctl.d/90-kamaji-hami-lab-conntrack.conf",
+        "     fix: sudo modprobe nf_conntrack",
+        "          echo nf_conntrack | sudo tee /etc/modules-load.d/kamaji-hami-lab.conf",
     ]
 
 
@@ -387,14 +305,12 @@ def test_the_suggested_subnet_is_free_on_this_host():
     [("v1.35.0", (1, 35), "1.35"), ("1.36.3", (1, 36), "1.36"), ("v1.31", (1, 31), "1.31")],
 )
 def test_one_parser_names_a_kubernetes_minor(version: str, minor: tuple[int, int], series: str):
-    """Review 6: config (worker image vs kubernetesVersion), the preflight (kube-proxy's cap
-    from v1.36) and the remote scripts (pkgs.k8s.io/core:/stable:/v1.35) read the same minor."""
+    """Review 6: config (worker image vs kubernetesVersion), the preflight (kubectl's skew)
+    and the remote scripts (pkgs.k8s.io/core:/stable:/v1.35) read the same minor."""
     assert kubernetes_minor(version) == minor and minor_series(version) == series
     from labconfig import model as config
 
     assert not hasattr(config, "_minor") and not hasattr(preflight, "_minor")
-    assert kube_proxy_conntrack_max("1.36.0", 40) == kube_proxy_conntrack_max("v1.36.0", 40)
-    assert preflight.CONNTRACK_CAP_VERSION == "v1.36"
 
 
 @pytest.mark.upstream("kubeadm-judged-br-netfilter-by-its-sysctl", "br-netfilter-is-its-sysctl")
@@ -435,12 +351,9 @@ def test_every_sysctl_and_module_fix_is_persisted():
         inotify_instances=128,
         inotify_watches=8192,
         conntrack_max=65536,
-        conntrack_hashsize=1024,
         bridge_nf_call_iptables=0,
     )
-    unloaded = replace(
-        worst, conntrack_max=None, conntrack_hashsize=None, bridge_nf_call_iptables=None
-    )
+    unloaded = replace(worst, conntrack_max=None, bridge_nf_call_iptables=None)
     written: dict[str, set[str]] = {}
     # systemd-sysctl, systemd-modules-load and modprobe read only *.conf files there.
     persisted = re.compile(r"/etc/(sysctl|modules-load|modprobe)\.d/[^/]+\.conf")
@@ -448,7 +361,7 @@ def test_every_sysctl_and_module_fix_is_persisted():
     fixes = [
         fix
         for host in (worst, unloaded)
-        for plan in (PLAN, V1_36)
+        for plan in (PLAN, replace(PLAN, kube_proxy_versions=("v1.36.0",)))
         for fix in failed(host, plan).values()
     ]
     for fix in fixes:
@@ -475,13 +388,12 @@ def test_every_sysctl_and_module_fix_is_persisted():
     assert settings == {
         "fs.inotify.max_user_instances",
         "fs.inotify.max_user_watches",
-        "net.netfilter.nf_conntrack_max",
         "net.bridge.bridge-nf-call-iptables",
     }
     assert modules == {"nf_conntrack", "br_netfilter"}
     assert {path: texts for path, texts in written.items() if len(texts) > 1} == {}
     runtime = [p for p in written if MODULE_PARAMETER.fullmatch(p)]
-    assert runtime == ["/sys/module/nf_conntrack/parameters/hashsize"]
+    assert runtime == []
     assert [p for p in written if not persisted.fullmatch(p) and p not in runtime] == []
 
 

@@ -74,7 +74,7 @@ def test_main_with_a_stack_checks_and_prints_the_record(monkeypatch, capsys):
     assert cli.main(["--stack", "lab"], run=host) == 0
     out = capsys.readouterr()
     assert out.out == '{"tenants": 2, "workers": 3}\n'
-    assert "ok   nf_conntrack_max   131072" in out.err
+    assert "ok   nf_conntrack       loaded (nf_conntrack_max 262144" in out.err
 
 
 def test_main_skips_a_stack_that_disables_the_preflight(monkeypatch, capsys):

@@ -70,14 +70,13 @@ def test_reads_the_host_from_proc_and_sys(tmp_path: Path, monkeypatch):
     write(tmp_path, "proc/sys/fs/inotify/max_user_instances", "1024\n")
     write(tmp_path, "proc/sys/fs/inotify/max_user_watches", "524288\n")
     write(tmp_path, "proc/sys/net/netfilter/nf_conntrack_max", "262144\n")
-    write(tmp_path, "sys/module/nf_conntrack/parameters/hashsize", "65536\n")
     write(tmp_path, "proc/meminfo", "MemTotal: 16000000 kB\nMemAvailable: 8192000 kB\n")
     write(tmp_path, "proc/sys/net/bridge/bridge-nf-call-iptables", "1\n")
     monkeypatch.setattr("shutil.which", lambda tool: f"/usr/bin/{tool}")
     facts = read_host_facts(FakeHost(ANSWERS), tmp_path, disk_path=str(tmp_path))
     assert facts.cgroup_v2 and facts.bridge_nf_call_iptables == 1
     assert (facts.inotify_instances, facts.inotify_watches) == (1024, 524288)
-    assert (facts.conntrack_max, facts.conntrack_hashsize) == (262144, 65536)
+    assert facts.conntrack_max == 262144
     assert facts.mem_available_mb == 8000
     assert facts.tools == {
         "kind": "kind v0.31.0 go1.25.5 linux/amd64",
@@ -163,7 +162,7 @@ def test_disk_is_measured_where_the_daemon_stores_images(tmp_path: Path, monkeyp
 def test_nf_conntrack_not_loaded_reads_as_none(tmp_path: Path, monkeypatch):
     monkeypatch.setattr("shutil.which", lambda tool: None)
     facts = read_host_facts(FakeHost(ANSWERS), tmp_path, disk_path=str(tmp_path))
-    assert (facts.conntrack_max, facts.conntrack_hashsize) == (None, None)
+    assert facts.conntrack_max is None
     assert facts.bridge_nf_call_iptables is None  # no /proc/sys/net/bridge: not loaded
     assert facts.tools == dict.fromkeys(("kind", "kubectl", "curl", "git", "helm"))
 
