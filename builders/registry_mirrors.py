@@ -37,19 +37,31 @@ def hosts_toml(mirror: RegistryMirror, credentials: str = "") -> str:
     """containerd's hosts.toml for one registry: pull and resolve through the mirror, with the
     mirror's `user:password` as a basic-auth header sent to that host only (hosts.toml has no
     credential field, and the kubelet's credentials reach a mirror only of the image's own
-    registry name: upstream fact `containerd-cri-credentials-by-host`)."""
-    lines = []
-    if mirror.registry != ALL_REGISTRIES:
-        server = UPSTREAM_SERVERS.get(mirror.registry, f"https://{mirror.registry}")
-        lines += [f'server = "{server}"', ""]
-    lines += [f'[host."{mirror_url(mirror)}"]', '  capabilities = ["pull", "resolve"]']
+    registry name: upstream fact `containerd-cri-credentials-by-host`).
+
+    containerd tries each `[host]` in order and then `server`, the registry itself when unset
+    (also in `_default`: the image's own registry), on any error of the one before (fact
+    `containerd-hosts-server-last`). A `mirrorOnly` mirror is the `server`, with no `[host]`:
+    the registry is never asked (fact `containerd-hosts-server-only`)."""
+    url = mirror_url(mirror)
+    if mirror.mirror_only:
+        lines, table, indent = [f'server = "{url}"'], "", ""
+    else:
+        lines = []
+        if mirror.registry != ALL_REGISTRIES:
+            server = UPSTREAM_SERVERS.get(mirror.registry, f"https://{mirror.registry}")
+            lines += [f'server = "{server}"', ""]
+        table, indent = f'host."{url}"', "  "
+        lines.append(f"[{table}]")
+    lines.append(f'{indent}capabilities = ["pull", "resolve"]')
     if mirror.path:
-        lines.append("  override_path = true")
+        lines.append(f"{indent}override_path = true")
     if mirror.ca:
-        lines.append(f'  ca = "{host_directory(mirror.registry)}/ca.crt"')
+        lines.append(f'{indent}ca = "{host_directory(mirror.registry)}/ca.crt"')
     if credentials:
         token = base64.b64encode(credentials.encode()).decode()
-        lines += [f'  [host."{mirror_url(mirror)}".header]', f'    Authorization = "Basic {token}"']
+        header = f"{indent}[{table}.header]" if table else "\n[header]"
+        lines += [header, f'{indent}  Authorization = "Basic {token}"']
     return "\n".join(lines) + "\n"
 
 

@@ -48,6 +48,9 @@ class RegistryMirror(ConfigModel):
     mirror: str = Field(min_length=1)  # host[:port][/path], no scheme
     plain_http: bool = False  # a mirror that speaks HTTP, not HTTPS (a registry on the LAN)
     ca: str = ""  # PEM: the CA the mirror's certificate chains to, when not a public one
+    # The registry itself is never asked, also when the mirror fails: a site without internet,
+    # where each try of upstream would wait out a dial timeout before the pull fails.
+    mirror_only: bool = False
 
     @field_validator("registry")
     @classmethod

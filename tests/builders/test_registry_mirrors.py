@@ -10,6 +10,7 @@ import pytest
 from builders.registry_mirrors import (
     MARKER,
     files_environment,
+    holds_credentials,
     hosts_toml,
     install_files_script,
     registry_files,
@@ -53,6 +54,47 @@ def test_one_mirror_for_every_other_registry_has_no_upstream_server():
         '[host."http://10.0.0.5:5000"]\n  capabilities = ["pull", "resolve"]\n'
     )
     assert set(registry_files([mirror])) == {"/etc/containerd/certs.d/_default/hosts.toml", MARKER}
+
+
+@pytest.mark.upstream("containerd-hosts-server-last")
+def test_by_default_the_registry_itself_comes_after_the_mirror():
+    """containerd asks `server` when the mirror fails: the registry, or for `_default` (no
+    server written) each image's own registry."""
+    for registry, server in (
+        ("quay.io", "https://quay.io"),
+        ("docker.io", "https://registry-1.docker.io"),
+    ):
+        text = hosts_toml(RegistryMirror(registry=registry, mirror="m.example"))
+        assert text.startswith(f'server = "{server}"\n\n[host."https://m.example"]\n')
+    assert "server" not in hosts_toml(RegistryMirror(registry="*", mirror="m.example"))
+
+
+@pytest.mark.upstream("containerd-hosts-server-only", "containerd-hosts-server-last")
+def test_a_mirror_only_mirror_is_the_server_and_no_host_comes_after_it():
+    """`mirrorOnly`: the mirror, with its path, CA and credentials, is containerd's `server`,
+    and no `[host]` table is left for containerd to try before it: the registry is never asked."""
+    mirror = RegistryMirror(
+        registry="docker.io", mirror="harbor.example/dockerhub-proxy", ca=CA, mirror_only=True
+    )
+    assert hosts_toml(mirror, "robot:pw") == (
+        'server = "https://harbor.example/v2/dockerhub-proxy"\n'
+        'capabilities = ["pull", "resolve"]\n'
+        "override_path = true\n"
+        'ca = "/etc/containerd/certs.d/docker.io/ca.crt"\n'
+        "\n"
+        "[header]\n"
+        '  Authorization = "Basic cm9ib3Q6cHc="\n'
+    )
+    assert holds_credentials(hosts_toml(mirror, "robot:pw"))
+
+
+@pytest.mark.upstream("containerd-hosts-server-only", "containerd-hosts-default-dir")
+def test_a_mirror_only_mirror_for_every_registry_is_the_default_directorys_server():
+    mirror = RegistryMirror(registry="*", mirror="10.0.0.5:5000", plain_http=True, mirror_only=True)
+    files = registry_files([mirror])
+    assert files["/etc/containerd/certs.d/_default/hosts.toml"] == (
+        'server = "http://10.0.0.5:5000"\ncapabilities = ["pull", "resolve"]\n'
+    )
 
 
 def test_the_files_list_themselves_so_a_later_run_removes_them():

@@ -102,3 +102,15 @@ def test_with_credentials_the_files_are_a_secret_in_the_plan():
     assert not files.is_secret("environment.REGISTRY_FILES")
     worker = run.named("tenant-a-worker-1-registry-mirrors")
     assert worker.is_secret("environment.REGISTRY_FILE_2")
+
+
+def test_a_mirror_only_entry_reaches_every_node_as_the_registrys_only_server():
+    only = [{**MIRRORS[0], "mirrorOnly": True}, MIRRORS[1]]
+    run = run_program({**lab_stack_config(), "registryMirrors": only})
+    for node in ("management", "tenant-a-worker-1"):
+        written = files_of(run.named(f"{node}-registry-mirrors").inputs)
+        k8s = written["/etc/containerd/certs.d/registry.k8s.io/hosts.toml"]
+        assert k8s.startswith('server = "https://harbor.example/v2/k8s-proxy"\n')
+        assert "[host." not in k8s and "registry.k8s.io" not in k8s.split("\n")[0]
+        # the other entry keeps the fallback it had
+        assert "[host." in written["/etc/containerd/certs.d/_default/hosts.toml"]

@@ -44,14 +44,15 @@ def test_mirrors_and_chart_sources_are_read_as_the_cli_passes_them():
     cfg = read(
         registryMirrors=[
             {"registry": "docker.io", "mirror": "harbor.example.com/dockerhub-proxy", "ca": CA},
-            {"registry": "*", "mirror": "10.0.0.5:5000", "plainHttp": True},
+            {"registry": "*", "mirror": "10.0.0.5:5000", "plainHttp": True, "mirrorOnly": True},
         ],
         chartSources={"hami": "oci://harbor.example.com/charts", "metallb": "https://c.example/m"},
     )
     hub, rest = cfg.registry_mirrors
     assert (hub.host, hub.path, hub.ca) == ("harbor.example.com", "dockerhub-proxy", CA)
     assert (rest.registry, rest.host, rest.path) == ("*", "10.0.0.5:5000", "")
-    assert rest.plain_http
+    assert rest.plain_http and rest.mirror_only
+    assert not hub.mirror_only  # the registry stays the fallback unless told
     hami = cfg.chart("hami")
     assert (hami.name, hami.chart, hami.repo) == (
         "hami", "oci://harbor.example.com/charts/hami", None,
@@ -79,6 +80,8 @@ def test_mirrors_and_chart_sources_are_read_as_the_cli_passes_them():
         ({"registryMirrors": [{"registry": "quay.io", "mirror": "a.example"},
                               {"registry": "quay.io", "mirror": "b.example"}]},
          "registryMirrors", "'quay.io' has two mirrors"),
+        ({"registryMirrors": [{"registry": "quay.io", "mirror": "a.example", "mirrorOnly": 2}]},
+         "registryMirrors[0].mirrorOnly", "valid boolean"),
         ({"registryMirrors": [{"registry": "quay.io", "mirror": "a.example", "user": "x"}]},
          "registryMirrors[0].user", "Extra inputs are not permitted"),
         ({"chartSources": {"kamaji": "https://c.example"}},
