@@ -112,9 +112,7 @@ def _node_files(ctx: RunContext, cl: Cluster, namespace: str, nodes: dict[str, s
     pods = {}
     for index, node in enumerate(sorted(nodes)):
         name = ctx.pod_name("files", index)
-        body = files_pod(
-            name, node, ctx.spec.tools_image, run_labels(ctx.run_id, ctx.check), paths
-        )
+        body = files_pod(name, node, ctx.spec.tools_image, run_labels(ctx.run_id, ctx.check), paths)
         ctx.create_pod(cl, namespace, body)
         pods[node] = name
     found = {node: _read_node(ctx, cl, namespace, node, name) for node, name in pods.items()}
@@ -130,9 +128,7 @@ def _node_files(ctx: RunContext, cl: Cluster, namespace: str, nodes: dict[str, s
             + ", ".join(f"`{nodes[node]}`" for node in differ)
             + " (`pulumi stack --show-urns` lists the URNs)",
         )
-    return (
-        f"{', '.join(sorted(nodes))}: {len(paths)} registry file(s) as the stack writes them"
-    )
+    return f"{', '.join(sorted(nodes))}: {len(paths)} registry file(s) as the stack writes them"
 
 
 def _registries(
