@@ -94,6 +94,7 @@ def test_without_mirrors_it_reports_each_clusters_registries_as_upstream():
     assert tenant.detail == ("tenant-a: ghcr.io 1 (upstream)",)
 
 
+@pytest.mark.upstream("containerd-pull-source-is-the-name")
 def test_with_mirrors_each_registry_says_its_mirror():
     lab = with_pods(standard_lab())
     lab.spec["registryMirrors"] = {"registry.k8s.io": "harbor/k8s", "*": "harbor/all"}
