@@ -34,7 +34,7 @@ from ..node_files import (
 )
 from ..objects import run_labels
 from ..result import CheckFailed, Evidence
-from ..spec import Tenant
+from ..spec import RegistryFile, Tenant
 from ..waiting import WaitTimeout
 
 DOCKER_HUB = "docker.io"
@@ -78,9 +78,10 @@ def _succeeded(pod: Obj) -> bool:
     return pod.get("status", {}).get("phase") == "Succeeded"
 
 
-def _read_node(ctx: RunContext, cl: Cluster, namespace: str, node: str, name: str) -> list[str]:
-    """What differs on `node`, read by its pod `name` (created already)."""
-    files = ctx.spec.registry_files.files  # type: ignore[union-attr]  # checked by the caller
+def _read_node(
+    ctx: RunContext, cl: Cluster, namespace: str, node: str, name: str, files: list[RegistryFile]
+) -> list[str]:
+    """What differs on `node` from `files`, read by its pod `name` (created already)."""
     try:
         pod = ctx.wait_pod(
             cl, namespace, name, _succeeded, f"pod {name} reads {node}'s registry files",
@@ -100,7 +101,7 @@ def _read_node(ctx: RunContext, cl: Cluster, namespace: str, node: str, name: st
             f"pod {name} on {node} gives one record per registry file", str(exc),
             "the tools image's sh lacks stat, sha256sum or sed -E, or too many files",
         ) from None  # fmt: skip
-    return differences(list(files), seen)
+    return differences(files, seen)
 
 
 def _node_files(ctx: RunContext, cl: Cluster, namespace: str, nodes: dict[str, str]) -> str:
@@ -115,7 +116,9 @@ def _node_files(ctx: RunContext, cl: Cluster, namespace: str, nodes: dict[str, s
         body = files_pod(name, node, ctx.spec.tools_image, run_labels(ctx.run_id, ctx.check), paths)
         ctx.create_pod(cl, namespace, body)
         pods[node] = name
-    found = {node: _read_node(ctx, cl, namespace, node, name) for node, name in pods.items()}
+    found = {
+        node: _read_node(ctx, cl, namespace, node, name, spec.files) for node, name in pods.items()
+    }
     ctx.delete_pods(cl, namespace, list(pods.values()))
     differ = {node: problems for node, problems in found.items() if problems}
     if differ:
