@@ -9,7 +9,7 @@ import json
 from builders.labcheck_spec import expected_registry_files, redact
 from builders.registry_mirrors import registry_files
 from labconfig.parse import parse_config
-from tests.support.pulumi_harness import lab_stack_config
+from tests.support.pulumi_harness import lab_stack_config, stack_config
 
 MIRRORS = [
     {"registry": "docker.io", "mirror": "harbor.example/hub"},
@@ -75,3 +75,14 @@ def test_redaction_keeps_everything_but_an_authorization_value():
         'x = 1\n  authorization= "<redacted>"\nheader = { AUTHORIZATION = "<redacted>"\n'
         "Authorization\ny = 2\n"  # no `=` on its line: nothing to redact, nor on the next
     )
+
+
+def test_no_node_the_program_does_not_write_into():
+    """An existing management cluster and remote workers are their owners' to configure."""
+    raw = {**stack_config("gpu"), "registryMirrors": MIRRORS}
+    cfg = parse_config(raw, secrets_set=False)
+    assert cfg.management_mode == "existing"
+    assert {t.worker_mode for t in cfg.tenants} == {"remote"}
+    expected = expected_registry_files(cfg)
+    assert expected["managementNodes"] == {} and expected["tenantNodes"] == {}
+    assert expected["files"]

@@ -14,6 +14,7 @@ from builders.labcheck_spec import expected_registry_files
 from builders.registry_mirrors import files_environment, install_files_script, registry_files
 from labcheck.checks.registries import NOT_TOLD, pod_images, registry_of
 from labcheck.node_files import UnreadableAnswer, files_pod, parse_message, termination_message
+from labcheck.spec import SpecError, parse_spec
 from labconfig.parse import parse_config
 from tests.builders.test_registry_mirrors import CA, FAKE_DOCKER_EXEC
 from tests.support.fake_tools import fake_tools, tool_env
@@ -289,3 +290,10 @@ def test_without_registry_files_no_pod_is_made():
 def test_an_answer_the_script_did_not_write_is_not_read(message, why):
     with pytest.raises(UnreadableAnswer, match=why):
         parse_message(message, 2 if "records" in why else 1)
+
+
+def test_a_spec_whose_registry_files_name_no_tenant_is_refused(tmp_path):
+    spec = dict(mirrored_lab(tmp_path).spec)
+    spec["registryFiles"] = {**spec["registryFiles"], "tenantNodes": {"tenant-x": {"n": "c"}}}
+    with pytest.raises(SpecError, match=r"registryFiles\.tenantNodes names no tenant: tenant-x"):
+        parse_spec(spec)
