@@ -105,8 +105,8 @@ def _read_node(
 
 
 def _node_files(ctx: RunContext, cl: Cluster, namespace: str, nodes: dict[str, str]) -> str:
-    """Reads every node's files at once (a pod each); fails on the first cluster whose nodes
-    differ, naming each node, file and Command."""
+    """Reads the cluster's nodes' files at once (a pod each); fails naming every node that
+    differs, what differs there and the Command that re-installs its files."""
     spec = ctx.spec.registry_files
     assert spec is not None
     paths = [f.path for f in spec.files]
