@@ -277,13 +277,17 @@ def test_labchecks_files_pod_reads_what_the_install_script_put_in_the_node(
     """labcheck's files pod (labcheck/node_files.py) run in the worker as the kubelet runs it:
     its command, in a container of the tier's busybox pulled through the mirror under its
     registry.k8s.io name, the node's /etc/containerd mounted read-only where the pod mounts it.
-    On the files the program's install script put there (one hosts.toml with credentials, so
-    0600), its answer matches the spec the program builds, file by file; once that file is 0644
+    On the files the program's install script put there (quay.io's hosts.toml with credentials,
+    so 0600), its answer matches the spec the program builds, file by file; once that file is 0644
     and has one more line, labcheck names both; the credentials are in no answer."""
-    entry = {"registry": "registry.k8s.io", "mirror": mirror.address, "plainHttp": True}
-    auth = {mirror.address.split("/")[0]: "robot:s3cret"}
+    entries = [
+        {"registry": "registry.k8s.io", "mirror": mirror.address, "plainHttp": True},
+        # credentials only over HTTPS: a mirror nothing here pulls from, for its 0600 file
+        {"registry": "quay.io", "mirror": "secure.example/quay"},
+    ]
+    auth = {"secure.example": "robot:s3cret"}
     cfg = parse_config(
-        {**lab_stack_config(), "registryMirrors": [entry], "registryMirrorAuth": json.dumps(auth)}
+        {**lab_stack_config(), "registryMirrors": entries, "registryMirrorAuth": json.dumps(auth)}
     )
     files = registry_files(cfg.registry_mirrors, auth)
     env = {"NODE": WORKER, **files_environment(files)}
@@ -301,7 +305,7 @@ def test_labchecks_files_pod_reads_what_the_install_script_put_in_the_node(
          "readonly": True},
         {"container_path": "/out", "host_path": "/tmp/lc-files-out"},
     ]  # fmt: skip
-    hub = f"{CERTS_DIR}/registry.k8s.io/hosts.toml"
+    hub = f"{CERTS_DIR}/quay.io/hosts.toml"
     answers = []
     for attempt, change in enumerate(("", f"chmod 644 {hub} && echo '#' >> {hub}")):
         if change:
