@@ -83,6 +83,28 @@ def test_every_chart_comes_from_the_sites_source(mirrored: ProgramRun):
     )  # fmt: skip
 
 
+def test_labcheck_expects_in_each_node_what_its_command_writes_there():
+    """The spec labcheck reads names every node the program gives files, with the Command that
+    writes them, and each file as that Command writes it (by digest, credentials redacted)."""
+    config = {**lab_stack_config(), "registryMirrors": MIRRORS}
+    config["registryMirrorAuth"] = '{"harbor.example": "robot:pw"}'
+    run = run_program(config, secret_keys=["registryMirrorAuth"])
+    spec = json.loads(run.named("validation-labcheck").inputs["environment"]["LABCHECK_SPEC"])
+    expected = spec["registryFiles"]
+    nodes = {**expected["managementNodes"]}
+    for tenant_nodes in expected["tenantNodes"].values():
+        nodes |= tenant_nodes
+    commands = {r.name: r for r in run.resources if r.name.endswith("-registry-mirrors")}
+    assert sorted(nodes.values()) == sorted(commands)
+    for node, name in nodes.items():
+        assert commands[name].inputs["environment"]["NODE"] == node
+        written = files_of(commands[name].inputs)
+        assert {f["path"]: f["sha256"] for f in expected["files"]} == {
+            path: hashlib.sha256(text.encode()).hexdigest() for path, text in written.items()
+        }
+    assert "robot:pw" not in json.dumps(expected)
+
+
 def test_a_stack_without_mirrors_has_no_mirror_commands():
     plain = run_program(lab_stack_config())
     assert not [r for r in plain.resources if r.name.endswith("-registry-mirrors")]
@@ -105,25 +127,3 @@ def test_with_credentials_the_files_are_a_secret_in_the_plan():
     assert not files.is_secret("environment.REGISTRY_FILES")
     worker = run.named("tenant-a-worker-1-registry-mirrors")
     assert worker.is_secret("environment.REGISTRY_FILE_2")
-
-
-def test_labcheck_expects_in_each_node_what_its_command_writes_there():
-    """The spec labcheck reads names every node the program gives files, with the Command that
-    writes them, and each file as that Command writes it (by digest, credentials redacted)."""
-    config = {**lab_stack_config(), "registryMirrors": MIRRORS}
-    config["registryMirrorAuth"] = '{"harbor.example": "robot:pw"}'
-    run = run_program(config, secret_keys=["registryMirrorAuth"])
-    spec = json.loads(run.named("validation-labcheck").inputs["environment"]["LABCHECK_SPEC"])
-    expected = spec["registryFiles"]
-    nodes = {**expected["managementNodes"]}
-    for tenant_nodes in expected["tenantNodes"].values():
-        nodes |= tenant_nodes
-    commands = {r.name: r for r in run.resources if r.name.endswith("-registry-mirrors")}
-    assert sorted(nodes.values()) == sorted(commands)
-    for node, name in nodes.items():
-        assert commands[name].inputs["environment"]["NODE"] == node
-        written = files_of(commands[name].inputs)
-        assert {f["path"]: f["sha256"] for f in expected["files"]} == {
-            path: hashlib.sha256(text.encode()).hexdigest() for path, text in written.items()
-        }
-    assert "robot:pw" not in json.dumps(expected)
