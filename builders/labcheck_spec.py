@@ -2,17 +2,72 @@
 
 from __future__ import annotations
 
+import hashlib
+import re
 from typing import Any
 
 from builders.admission_policy import policy_api_version
 from builders.control_plane import API_PORT
 from builders.hami import QUOTA_NAME, QUOTA_NAMESPACE
 from builders.lock_wait_policy import POD_GROUP_LABEL, POD_GROUP_VALUE
+from builders.registry_mirrors import holds_credentials, registry_files
 from labconfig.addresses import NetworkPlan
-from labconfig.model import LabConfig
+from labconfig.model import LabConfig, kind_node_container
 
 TOOLS_IMAGE = "busybox:1.37.0"
 GPU_TEST_IMAGE = "registry.k8s.io/pause:3.10"
+
+# How labcheck's node pod redacts a line of a registry file before one of its digests
+# (labcheck/node_files.py, `sed -E` per line): from `Authorization` (any case) through the
+# next `=`, the rest of the line becomes "<redacted>". Spelled case by case, as sed -E has it.
+AUTHORIZATION_VALUE = re.compile(
+    r"([Aa][Uu][Tt][Hh][Oo][Rr][Ii][Zz][Aa][Tt][Ii][Oo][Nn][^=\n]*=)[^\n]*"
+)
+REDACTED = '"<redacted>"'
+# The modes install_files_script gives the files (builders/registry_mirrors.py).
+PRIVATE_MODE, PUBLIC_MODE = "600", "644"
+
+
+def redact(text: str) -> str:
+    """The text with every Authorization header's value replaced, as labcheck's pod does."""
+    return AUTHORIZATION_VALUE.sub(rf"\1 {REDACTED}", text)
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def expected_registry_files(cfg: LabConfig) -> dict[str, Any] | None:
+    """What labcheck finds in each node the program writes registry files into: each file's
+    mode, size and digests (of the text, and of the text with credentials redacted; never the
+    text), and those nodes with the Command that writes them. None without mirrors."""
+    files = registry_files(cfg.registry_mirrors, cfg.mirror_auth())
+    if not files:
+        return None
+    management = (
+        {kind_node_container(cfg.management_cluster_name): "management-registry-mirrors"}
+        if cfg.management_mode == "kind"
+        else {}
+    )
+    return {
+        "files": [
+            {
+                "path": path,
+                "mode": PRIVATE_MODE if holds_credentials(text) else PUBLIC_MODE,
+                "size": len(text.encode()),
+                "sha256": _sha256(text),
+                "redactedSha256": _sha256(redact(text)),
+            }
+            for path, text in sorted(files.items())
+        ],
+        "managementNodes": management,
+        # Container workers only: a remote worker's containerd is its owner's to configure.
+        "tenantNodes": {
+            t.name: {node: f"{node}-registry-mirrors" for node in t.worker_names}
+            for t in cfg.tenants
+            if t.worker_mode == "container"
+        },
+    }
 
 
 def labcheck_spec(
@@ -71,7 +126,10 @@ def labcheck_spec(
         "toolsImage": TOOLS_IMAGE,
         # Only when set: a stack without mirrors keeps the spec it had.
         **(
-            {"registryMirrors": {m.registry: m.mirror for m in cfg.registry_mirrors}}
+            {
+                "registryMirrors": {m.registry: m.mirror for m in cfg.registry_mirrors},
+                "registryFiles": expected_registry_files(cfg),
+            }
             if cfg.registry_mirrors
             else {}
         ),

@@ -111,16 +111,22 @@ class RunContext:
     def namespace(self, t: Tenant) -> str:
         """The per-run namespace in a tenant, created on first use, once pods can be created in
         it (its default ServiceAccount exists)."""
-        if t.name not in self._namespaces:
+        return self._run_namespace(t.name, self.tenant(t))
+
+    def management_namespace(self) -> str:
+        """The same in the management cluster (a key no tenant name can be: not a DNS label)."""
+        return self._run_namespace("(management)", self.mgmt())
+
+    def _run_namespace(self, key: str, cl: Cluster) -> str:
+        if key not in self._namespaces:
             name = f"labcheck-{self.run_id}"
-            cl = self.tenant(t)
             cl.create_namespace(name, run_labels(self.run_id))
             self.tracker.add(Created(cl, "namespace", name))
-            self._namespaces[t.name] = name
-        if t.name not in self._pods_admitted:
-            self._await_default_service_account(self.tenant(t), self._namespaces[t.name])
-            self._pods_admitted.add(t.name)
-        return self._namespaces[t.name]
+            self._namespaces[key] = name
+        if key not in self._pods_admitted:
+            self._await_default_service_account(cl, self._namespaces[key])
+            self._pods_admitted.add(key)
+        return self._namespaces[key]
 
     def _await_default_service_account(self, cl: Cluster, namespace: str) -> None:
         # Pod admission refuses every pod of a namespace without it (and retries only ~1-2 s).

@@ -199,6 +199,27 @@ class Timeouts(_Model):
         return v
 
 
+class RegistryFile(_Model):
+    """One file the program writes into a node for the site's mirrors, by its digests: the spec
+    never holds a file's text (a hosts.toml may carry a mirror's credentials)."""
+
+    path: str = Field(pattern=r"^/[^\s]+$")
+    mode: str = Field(pattern=r"^[0-7]{3,4}$")  # as `stat -c %a` prints it
+    size: int = Field(ge=0)
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    # Of the text with every Authorization header's value redacted (the pod redacts the same).
+    redacted_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+
+class RegistryFiles(_Model):
+    """The registry files of a mirrored site and the nodes that hold them: node name -> the
+    Command that writes them there (what to re-run when they differ)."""
+
+    files: list[RegistryFile] = Field(min_length=1)
+    management_nodes: dict[str, str] = Field(default_factory=dict)
+    tenant_nodes: dict[str, dict[str, str]] = Field(default_factory=dict)
+
+
 class Spec(_Model):
     stack: str = Field(min_length=1)
     management: Management
@@ -210,12 +231,19 @@ class Spec(_Model):
     smi_image: str = "nvidia/cuda:12.4.1-base-ubuntu22.04"
     # A mirrored site's mirror per registry (`*`: every other), from the stack's registryMirrors.
     registry_mirrors: dict[str, str] = Field(default_factory=dict)
+    # With mirrors: what each node must hold (labcheck/checks/registries.py reads it there).
+    registry_files: RegistryFiles | None = None
 
     @model_validator(mode="after")
     def _unique(self) -> Spec:
         names = [t.name for t in self.tenants]
         if len(set(names)) != len(names):
             raise ValueError("tenant names must be unique")
+        unknown = sorted(set(self.registry_files.tenant_nodes) - set(names)) if (
+            self.registry_files
+        ) else []  # fmt: skip
+        if unknown:
+            raise ValueError(f"registryFiles.tenantNodes names no tenant: {', '.join(unknown)}")
         owner: dict[str, str] = {}
         for t in self.tenants:
             for n in t.nodes:

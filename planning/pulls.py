@@ -226,6 +226,9 @@ def stack_pulls(cfg: LabConfig) -> Pulls:
             pulls.image(tenant.node_image, HOST_DOCKER, f"{tenant.name} workers")
     if cfg.management_mode == "kind" or cfg.install_platform:
         _platform(cfg, pulls)
+    if cfg.registry_mirrors and cfg.management_mode == "kind":
+        # labcheck reads the kind node's mirror files with a pod of its tools image.
+        pulls.image(LABCHECK_IMAGES[1], MANAGEMENT, "labcheck")
     for tenant in cfg.tenants:
         _control_plane(tenant, pulls)
         pulls.chart(cfg, "flannel", cfg.flannel_chart_version, tenant.name)

@@ -66,15 +66,15 @@ ALL_CHECKS: tuple[Check, ...] = (
     ),
     Check(
         "mgmt.registries",
-        "Management cluster's images: registries, site mirrors",
+        "Management cluster's images: registries, site mirrors, its node's mirror files",
         registries.management_registries,
         per_tenant=False,
     ),
     Check(
         "images.registries",
-        "Tenant's images: registries, site mirrors",
+        "Tenant's images: registries, site mirrors, each node's mirror files",
         registries.tenant_registries,
-        requires=API,
+        requires=("nodes.joined",),  # its pods read each node's files
     ),
     Check(
         "konnectivity.logs",

@@ -4,6 +4,9 @@ snapshots hold that graph)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+
 import pytest
 
 from tests.support.pulumi_harness import ProgramRun, lab_stack_config, run_program
@@ -78,6 +81,28 @@ def test_every_chart_comes_from_the_sites_source(mirrored: ProgramRun):
     assert charts["tenant-b-cni-chart"] == (
         "flannel", "oci://harbor.example/charts/flannel", None,
     )  # fmt: skip
+
+
+def test_labcheck_expects_in_each_node_what_its_command_writes_there():
+    """The spec labcheck reads names every node the program gives files, with the Command that
+    writes them, and each file as that Command writes it (by digest, credentials redacted)."""
+    config = {**lab_stack_config(), "registryMirrors": MIRRORS}
+    config["registryMirrorAuth"] = '{"harbor.example": "robot:pw"}'
+    run = run_program(config, secret_keys=["registryMirrorAuth"])
+    spec = json.loads(run.named("validation-labcheck").inputs["environment"]["LABCHECK_SPEC"])
+    expected = spec["registryFiles"]
+    nodes = {**expected["managementNodes"]}
+    for tenant_nodes in expected["tenantNodes"].values():
+        nodes |= tenant_nodes
+    commands = {r.name: r for r in run.resources if r.name.endswith("-registry-mirrors")}
+    assert sorted(nodes.values()) == sorted(commands)
+    for node, name in nodes.items():
+        assert commands[name].inputs["environment"]["NODE"] == node
+        written = files_of(commands[name].inputs)
+        assert {f["path"]: f["sha256"] for f in expected["files"]} == {
+            path: hashlib.sha256(text.encode()).hexdigest() for path, text in written.items()
+        }
+    assert "robot:pw" not in json.dumps(expected)
 
 
 def test_a_stack_without_mirrors_has_no_mirror_commands():

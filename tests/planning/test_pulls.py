@@ -18,6 +18,7 @@ from planning.pulls import (
     LABCHECK_IMAGES,
     MANAGEMENT,
     UNPINNED_WHY,
+    ImagePull,
     chart_table,
     copy_list,
     full_reference,
@@ -124,6 +125,18 @@ def test_a_chart_source_and_a_mirror_show_in_the_list():
     row = "| `ghcr.io/flannel-io/flannel:v0.28.9` | tenant-a, tenant-b | flannel chart |"
     assert f"{row} harbor.example/ghcr |" in table
     assert through("registry.k8s.io/pause:3.10", cfg.registry_mirrors) == "upstream"
+
+
+def test_with_mirrors_the_kind_node_pulls_labchecks_tools_image_too():
+    """labcheck reads the kind node's mirror files with a pod of its tools image: a mirror that
+    only holds what is copied into it must have it for the management cluster as well."""
+    tools = full_reference(TOOLS_IMAGE)
+    mirrored = stack_pulls(
+        parse_config({**lab_stack_config(), "registryMirrors": [{"registry": "*", "mirror": "m"}]})
+    )
+    assert ImagePull(tools, MANAGEMENT, "labcheck") in mirrored.images
+    plain = stack_pulls(lab())  # no pod reads a node without mirrors
+    assert [p.puller for p in plain.images if p.image == tools] == ["tenant-a", "tenant-b"]
 
 
 def test_make_pulls_prints_one_image_per_line(capsys):

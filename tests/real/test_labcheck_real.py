@@ -39,6 +39,7 @@ from labcheck.context import RunContext
 from labcheck.hami import QUOTA_DENIAL, QUOTA_MEM_KEY, SCHEDULER_SERVICE
 from labcheck.kube import KubeCluster
 from labcheck.kube import factory as kube_factory
+from labcheck.node_files import files_pod
 from labcheck.objects import gpu_pod, run_labels
 from labcheck.result import Result, Status
 from labcheck.runner import Check, RunOutcome, run_checks
@@ -701,3 +702,45 @@ def test_lock_wait_passes_where_the_programs_policy_runs_and_fails_where_it_does
     finally:
         for manifest in reversed(manifests):
             plane.kubectl("delete", manifest["kind"], manifest["metadata"]["name"])
+
+
+# --- 5. each node's registry files -------------------------------------------------------------
+
+
+def test_the_node_files_pod_passes_a_real_api_server_and_waits_on_a_node_that_never_runs_it(
+    planes, kwok_workers
+):
+    """The pod images.registries binds to each node (hostPath /etc/containerd read-only, every
+    taint tolerated, its answer in its termination message) is what a real API server admits
+    and keeps: a server-side dry run returns it with those fields as labcheck wrote them. Run
+    with the program's spec of a mirrored stack, the check creates one such pod per worker
+    (audit: 201); a kwok node runs no container, so no pod ends and the check fails naming the
+    node, within podSeconds; nothing is left."""
+    mirrored = run_program(
+        {**stack_config("lab"), "registryMirrors": [{"registry": "*", "mirror": "m.example"}]},
+        stack="lab",
+    )
+    spec = lab_spec(mirrored, planes)
+    paths = [f["path"] for f in spec["registryFiles"]["files"]]
+    body = files_pod("lc-dry-files", "tenant-a-worker-1", spec["toolsImage"], {}, paths)
+    kept = tenant_cluster(planes["tenant-a"], "tenant-a").create_pod("default", body, True)
+    for key in ("nodeName", "tolerations", "volumes"):
+        assert kept["spec"][key] == body["spec"][key], key
+    (container,) = kept["spec"]["containers"]
+    for key in ("command", "volumeMounts", "terminationMessagePath", "terminationMessagePolicy"):
+        assert container[key] == body["spec"]["containers"][0][key], key
+
+    audits = {t: AuditLog(planes[t]) for t in TENANTS}
+    results, run_id = run_labcheck(spec, ["images.registries"])
+    for tenant in TENANTS:
+        node = f"{tenant}-worker-1"
+        result = results[("images.registries", tenant)]
+        assert result.status is Status.FAIL, result
+        assert result.expected == f"a pod on {node} reads its registry files within 20s"
+        assert f"on {node}" in result.seen
+        assert audits[tenant].creations(run_id, admin_user(tenant)) == [
+            ("namespaces", f"/labcheck-{run_id}", 201),
+            ("pods", f"labcheck-{run_id}/lc-{run_id}-files-0", 201),
+        ]
+    assert results[("cleanup", "")].status is Status.PASS
+    assert_nothing_left(planes, run_id)

@@ -11,6 +11,8 @@ import copy
 import io
 import json
 import re
+import subprocess
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -259,6 +261,9 @@ class FakeServer:
         self.events: dict[tuple[str, str], list[Obj]] = {}
         self.hook: Any = None
         self._seq = 0
+        # node -> the directory that stands for its root file system: a pod bound there with a
+        # hostPath volume runs its command here (run_on_node); a bound pod elsewhere waits.
+        self.node_roots: dict[str, Path] = {}
 
     # --- protocol ---------------------------------------------------------------------
     def version(self) -> Obj:
@@ -554,6 +559,8 @@ class FakeServer:
                 node.pop("_lock_until")
         for (ns, name), pod in sorted(self.pods.items(), key=lambda kv: kv[1]["_seq"]):
             spec, ann = pod["spec"], pod["metadata"]["annotations"]
+            if spec.get("nodeName") in self.node_roots and pod["status"]["phase"] == "Pending":
+                run_on_node(pod, self.node_roots[spec["nodeName"]])
             if spec.get("nodeName") or spec.get("resourceClaims"):  # claims: a DraServer's
                 continue
             limits = spec["containers"][0].get("resources", {}).get("limits", {})
@@ -673,6 +680,33 @@ class FakeServer:
         pod["status"]["conditions"] = [
             {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": msg}
         ]
+
+
+def run_on_node(pod: Obj, root: Path) -> None:
+    """Runs a bound pod's one container as the kubelet would, on a node whose root file system
+    is `root`: its command with `sh` here, every hostPath volume at its mountPath (the command
+    names its mount root and message file as its arguments 4 and 5, as labcheck's files pod
+    does), then phase Succeeded or Failed and the termination message (cut to 4 KiB)."""
+    (container,) = pod["spec"]["containers"]
+    mounts = {m["name"]: m for m in container.get("volumeMounts", [])}
+    argv = list(container["command"])
+    message_file, mount_root = argv[4], argv[5]
+    for volume in pod["spec"].get("volumes", []):
+        mount = mounts[volume["name"]]
+        # The command sees the node's path under its mount root, read-only as asked.
+        assert mount["mountPath"] == mount_root + volume["hostPath"]["path"], mount
+        assert mount.get("readOnly") is True, mount
+    assert message_file == container.get("terminationMessagePath", "/dev/termination-log")
+    with tempfile.TemporaryDirectory() as scratch:
+        argv[4], argv[5] = f"{scratch}/message", str(root)
+        done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=30)
+        message = Path(argv[4]).read_text() if Path(argv[4]).exists() else ""
+    pod["status"]["phase"] = "Succeeded" if done.returncode == 0 else "Failed"
+    terminated = {"exitCode": done.returncode, "message": message.encode()[:4096].decode()}
+    pod["status"]["containerStatuses"] = [
+        {"name": container["name"], "state": {"terminated": terminated}}
+    ]
+    pod["_stderr"] = done.stderr
 
 
 class FakeLab:
