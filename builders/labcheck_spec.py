@@ -96,6 +96,7 @@ def labcheck_spec(
                 "nodes": t.worker_names,
                 "gpuMode": t.gpu_mode,
                 "gpuSharing": t.gpu_sharing,
+                "kubernetesVersion": t.kubernetes_version,
                 "gpus": {
                     node: [
                         {**card, "count": card.get("count", cfg.hami_split_count)} for card in cards

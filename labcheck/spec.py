@@ -120,6 +120,8 @@ class Tenant(_Model):
     lock_wait: PodGroup | None = None
     # Where the HAMi release (webhook Service, scheduler) runs; the lab installs it here.
     hami_namespace: str = Field(default="kube-system", min_length=1)
+    # The version the stack gives the tenant (None: a spec written before it was carried).
+    kubernetes_version: str | None = None
 
     @field_validator("kubeconfig", mode="before")
     @classmethod

@@ -14,6 +14,7 @@ from . import (
     management,
     registries,
     tenant,
+    versions,
 )
 
 API = ("tenant.api",)
@@ -51,6 +52,12 @@ ALL_CHECKS: tuple[Check, ...] = (
         "Tenant API version and /readyz",
         tenant.api_reachable,
         requires=("tcp.ready",),
+    ),
+    Check(
+        "tenant.versions",
+        "Stack, TenantControlPlane, API server and kubelets agree on the version",
+        versions.versions_agree,
+        requires=API,
     ),
     Check(
         "nodes.joined",

@@ -79,6 +79,7 @@ def _node(name: str, cards: list[Obj] | None = None, ready: bool = True) -> Obj:
             "allocatable": alloc,
             "capacity": dict(alloc),
             "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+            "nodeInfo": {"kubeletVersion": "v1.35.0"},
         },
     }
 
@@ -264,10 +265,11 @@ class FakeServer:
         # node -> the directory that stands for its root file system: a pod bound there with a
         # hostPath volume runs its command here (run_on_node); a bound pod elsewhere waits.
         self.node_roots: dict[str, Path] = {}
+        self.git_version = "v1.35.0"  # what /version serves
 
     # --- protocol ---------------------------------------------------------------------
     def version(self) -> Obj:
-        return {"gitVersion": "v1.35.0"}
+        return {"gitVersion": self.git_version}
 
     def get_raw(self, path: str) -> str:
         return self.knobs.readyz if path.startswith("/readyz") else '{"items": []}'
@@ -787,7 +789,7 @@ class FakeLab:
             "metadata": {"name": name, "namespace": name},
             "spec": {"kubernetes": {"version": "v1.35.0"}},
             "status": {
-                "kubernetesResources": {"version": {"status": "Ready"}},
+                "kubernetesResources": {"version": {"status": "Ready", "version": "v1.35.0"}},
                 "controlPlaneEndpoint": f"{address}:6443",
             },
         }
@@ -807,6 +809,7 @@ class FakeLab:
                 "port": 6443,
                 "nodes": [node],
                 "gpuMode": gpu_mode,
+                "kubernetesVersion": "v1.35.0",
                 "gpus": {node: full} if cards else {},
                 "schedulerPolicy": {"node": policy[0], "gpu": policy[1]},
                 "quota": quota,
