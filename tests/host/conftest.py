@@ -1,12 +1,15 @@
 """Fixtures of the host tier (`.venv/bin/python -m pytest tests/host`): a real Docker Engine.
 
 - ``docker``: the session's daemon (docker_host.py). One that already answers (DOCKER_HOST,
-  else /var/run/docker.sock) is used as it is; else the tier installs docker.io when dockerd
-  is missing and starts its own under ``${XDG_CACHE_HOME:-~/.cache}/kamaji-hami-lab/host/``,
-  stopped by PID at the end of the session, also when it fails. ``LAB_HOST_DOCKER=own``
-  starts the tier's own even when another daemon answers (run it alone: both would use docker0
-  and the same iptables chains). DOCKER_HOST points at it for the whole session, so the
-  program's own `docker` commands reach it too.
+  else /var/run/docker.sock) is shared: the tier removes from it what it made and only that
+  (labels and recorded IDs, docker_host.Docker), and fails naming any object of a name it needs
+  that it did not make. Else the tier installs docker.io when dockerd is missing and starts
+  its own under ``${XDG_CACHE_HOME:-~/.cache}/kamaji-hami-lab/host/``, stopped by PID at the
+  end of the session, also when it fails. ``LAB_HOST_DOCKER=own`` starts the tier's own even
+  when another daemon answers (run it alone: both would use docker0 and the same iptables
+  chains). DOCKER_HOST points at it for the whole session, so the program's own `docker`
+  commands reach it too. The cgroup hierarchies the tier mounts first (host_cgroups.py) are
+  unmounted after the daemon stops.
 - ``busybox``: a tiny image the tier builds (images.py); no registry is reachable.
 - ``lab_network``: the lab network, created as pulumi-docker's provider creates what the
   program declares (program.py, tests/support/docker_readback.py), removed at the end.
@@ -84,6 +87,10 @@ def docker() -> Iterator[Docker]:
     finally:  # the daemon has stopped: its cgroups are gone from what the tier mounted
         HOST_CHANGES.extend(undo(cgroups))
         mounts, controllers = cgroup_mounts(read_mountinfo()), unbound(read_proc_cgroups())
+        deadline = time.monotonic() + 5  # the kernel frees a hierarchy after its umount
+        while controllers != found[1] and time.monotonic() < deadline:
+            time.sleep(0.2)
+            controllers = unbound(read_proc_cgroups())
         if mounts != found[0]:
             changed = {e.mount_point for e in mounts} ^ {e.mount_point for e in found[0]}
             HOST_CHANGES.append(f"cgroup mounts differ from the session's start: {changed}")
