@@ -32,7 +32,7 @@ from typing import Any
 
 import diagnostics
 import pytest
-from docker_host import SESSION_ENV, Docker, NotMadeHere, start_docker, tier_cache
+from docker_host import SESSION_ENV, Docker, start_docker, tier_cache
 from footprint_report import FOOTPRINT, MEASURED, footprint_lines
 from host_cgroups import (
     cgroup_counts,
@@ -46,7 +46,7 @@ from images import busybox_image
 from node_image import Timings, build_node_image, publish
 from program import NETWORK_RESOURCE, CreatedNetwork, declared, lab_run
 from tenant_lab import TenantLab, tenant_lab
-from test_workers import remove_as_the_provider, remove_made_here
+from test_workers import claimed, remove_as_the_provider, remove_made_here
 
 from tests.support.docker_readback import (
     negotiated_api_version,
@@ -157,10 +157,8 @@ def mirrored_node_image(docker: Docker, tier_cache_dir: Path, node_image: str) -
 def lab_network(docker: Docker) -> Iterator[CreatedNetwork]:
     inputs = declared(NETWORK_RESOURCE)
     name = inputs["name"]
-    try:  # a lab deployed on that daemon has this network: never removed here
-        found = docker.claim("network", name)
-    except NotMadeHere as error:
-        pytest.fail(f"{error} (`make destroy` a lab deployed there)", pytrace=False)
+    # a lab deployed on that daemon has this network: never removed here
+    found = claimed(docker, "network", name, " (`make destroy` a lab deployed there)")
     if found is not None:
         docker.api("DELETE", f"/networks/{found['Id']}")  # left by an interrupted session
     version = negotiated_api_version(docker.api_version())

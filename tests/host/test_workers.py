@@ -107,12 +107,18 @@ def inspect(docker: Docker, container: str) -> dict[str, Any]:
 def leftover(docker: Docker, name: str) -> None:
     """Removes the container of that name if the tier made it (this session, or an earlier
     one cut off before its cleanup); one it did not make stays, and the test fails naming it."""
-    try:
-        found = docker.claim("container", name)
-    except NotMadeHere as error:
-        pytest.fail(str(error), pytrace=False)
+    found = claimed(docker, "container", name)
     if found is not None:
         remove_as_the_provider(docker, found["Id"])
+
+
+def claimed(docker: Docker, kind: str, name: str, hint: str = "") -> dict[str, Any] | None:
+    """`Docker.claim`, a refusal failing the test with its message alone."""
+    try:
+        return docker.claim(kind, name)
+    except NotMadeHere as error:
+        refused = f"{error}{hint}"
+    pytest.fail(refused, pytrace=False)
 
 
 @pytest.fixture(scope="module")
@@ -203,7 +209,8 @@ def test_on_a_daemon_the_tier_shares_it_removes_what_it_made_and_only_that(
     without the tier (no label, not recorded) under names the tier uses stay, and the tier's
     clash with them fails naming them; what the tier made there goes at the session's end."""
     shared = Docker(docker.host, False, docker.default_runtime, session=f"{os.getpid()}-shared")
-    foreign, network, ours = "tenant-b-worker-2", "hc-net", f"host-tier-ours-{os.getpid()}"
+    foreign = network = f"host-tier-foreign-{os.getpid()}"
+    ours = f"host-tier-ours-{os.getpid()}"
     made = {}
     for kind, path, body in (
         ("containers", f"/containers/create?name={foreign}", {"Image": busybox, "Cmd": ["true"]}),
