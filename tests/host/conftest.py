@@ -1,12 +1,15 @@
 """Fixtures of the host tier (`.venv/bin/python -m pytest tests/host`): a real Docker Engine.
 
 - ``docker``: the session's daemon (docker_host.py). One that already answers (DOCKER_HOST,
-  else /var/run/docker.sock) is used as it is; else the tier installs docker.io when dockerd
-  is missing and starts its own under ``${XDG_CACHE_HOME:-~/.cache}/kamaji-hami-lab/host/``,
-  stopped by PID at the end of the session, also when it fails. ``LAB_HOST_DOCKER=own``
-  starts the tier's own even when another daemon answers (run it alone: both would use docker0
-  and the same iptables chains). DOCKER_HOST points at it for the whole session, so the
-  program's own `docker` commands reach it too.
+  else /var/run/docker.sock) is shared: the tier removes from it what it made and only that
+  (labels and recorded IDs, docker_host.Docker), and fails naming any object of a name it needs
+  that it did not make. Else the tier installs docker.io when dockerd is missing and starts
+  its own under ``${XDG_CACHE_HOME:-~/.cache}/kamaji-hami-lab/host/``, stopped by PID at the
+  end of the session, also when it fails. ``LAB_HOST_DOCKER=own`` starts the tier's own even
+  when another daemon answers (run it alone: both would use docker0 and the same iptables
+  chains). DOCKER_HOST points at it for the whole session, so the program's own `docker`
+  commands reach it too. The cgroup hierarchies the tier mounts first (host_cgroups.py) are
+  unmounted after the daemon stops.
 - ``busybox``: a tiny image the tier builds (images.py); no registry is reachable.
 - ``lab_network``: the lab network, created as pulumi-docker's provider creates what the
   program declares (program.py, tests/support/docker_readback.py), removed at the end.
@@ -31,12 +34,19 @@ import diagnostics
 import pytest
 from docker_host import SESSION_ENV, Docker, start_docker, tier_cache
 from footprint_report import FOOTPRINT, MEASURED, footprint_lines
-from host_cgroups import make_like_systemd
+from host_cgroups import (
+    cgroup_counts,
+    cgroup_mounts,
+    make_like_systemd,
+    read_mountinfo,
+    read_proc_cgroups,
+    undo,
+)
 from images import busybox_image
 from node_image import Timings, build_node_image, publish
 from program import NETWORK_RESOURCE, CreatedNetwork, declared, lab_run
 from tenant_lab import TenantLab, tenant_lab
-from test_workers import remove_as_the_provider
+from test_workers import claimed, remove_as_the_provider, remove_made_here
 
 from tests.support.docker_readback import (
     negotiated_api_version,
@@ -45,7 +55,8 @@ from tests.support.docker_readback import (
 )
 
 TIMINGS: dict[str, float] = {}
-# What the tier changed on the host to make it like a user's, shown at the end of the session.
+# What the tier changed on the host to make it like a user's, and took back at the end of the
+# session (or why not), and what it could not remove from a daemon it shares: shown at the end.
 HOST_CHANGES: list[str] = []
 # The session's daemon and its log once the `docker` fixture runs: what a failure report reads.
 ACTIVE: dict[str, Any] = {}
@@ -68,7 +79,33 @@ def tier_cache_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def docker() -> Iterator[Docker]:
-    HOST_CHANGES.extend(make_like_systemd())  # before any dockerd: docker reads the mounts
+    found = cgroup_mounts(read_mountinfo()), unbound(read_proc_cgroups())
+    cgroups = make_like_systemd()  # before any dockerd: docker reads the mounts
+    HOST_CHANGES.extend(cgroups.lines)
+    try:
+        yield from _session_daemon()
+    finally:  # the daemon has stopped: its cgroups are gone from what the tier mounted
+        HOST_CHANGES.extend(undo(cgroups))
+        mounts, controllers = cgroup_mounts(read_mountinfo()), unbound(read_proc_cgroups())
+        deadline = time.monotonic() + 5  # the kernel frees a hierarchy after its umount
+        while controllers != found[1] and time.monotonic() < deadline:
+            time.sleep(0.2)
+            controllers = unbound(read_proc_cgroups())
+        if mounts != found[0]:
+            changed = {e.mount_point for e in mounts} ^ {e.mount_point for e in found[0]}
+            HOST_CHANGES.append(f"cgroup mounts differ from the session's start: {changed}")
+        if controllers != found[1]:  # a hierarchy unmounted too early lives on, unseen
+            HOST_CHANGES.append(
+                f"controllers in no cgroup v1 hierarchy: {sorted(found[1])} at the session's "
+                f"start, {sorted(controllers)} at its end (/proc/cgroups)"
+            )
+
+
+def unbound(proc_cgroups: str) -> set[str]:
+    return {name for name, (hierarchy, _) in cgroup_counts(proc_cgroups).items() if not hierarchy}
+
+
+def _session_daemon() -> Iterator[Docker]:
     docker, daemon = start_docker(SESSION_ENV, SESSION_ENV.get("LAB_HOST_DOCKER", "auto"))
     TIMINGS.update(docker.timings)
     ACTIVE.update(docker=docker, log=daemon.paths.log if daemon else None, diagnosed=0)
@@ -78,7 +115,9 @@ def docker() -> Iterator[Docker]:
             yield docker
     finally:
         ACTIVE.clear()
-        if daemon is not None:
+        if daemon is None:  # a daemon the tier shares: what this session made goes, only that
+            HOST_CHANGES.extend(remove_made_here(docker))
+        else:
             try:  # before the stop: a removal the stop cuts off never completes
                 for container in docker.api("GET", "/containers/json?all=1")[2] or []:
                     remove_as_the_provider(docker, container["Id"])
@@ -118,15 +157,9 @@ def mirrored_node_image(docker: Docker, tier_cache_dir: Path, node_image: str) -
 def lab_network(docker: Docker) -> Iterator[CreatedNetwork]:
     inputs = declared(NETWORK_RESOURCE)
     name = inputs["name"]
-    status, _, found = docker.api("GET", f"/networks/{name}")
-    if status == 200:
-        if not docker.own:  # never remove a network this tier did not make
-            pytest.fail(
-                f"the Docker daemon at {docker.host} already has a network {name!r}: "
-                "`make destroy` the lab there, or run the tier on its own daemon "
-                "(LAB_HOST_DOCKER=own)",
-                pytrace=False,
-            )
+    # a lab deployed on that daemon has this network: never removed here
+    found = claimed(docker, "network", name, " (`make destroy` a lab deployed there)")
+    if found is not None:
         docker.api("DELETE", f"/networks/{found['Id']}")  # left by an interrupted session
     version = negotiated_api_version(docker.api_version())
     request = network_create_request(network_attributes(inputs), version)
@@ -188,7 +221,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         for line in footprint_lines(measured):
             terminalreporter.write_line(line)
     if HOST_CHANGES:
-        terminalreporter.section("host tier: the host made like a user's systemd host")
+        terminalreporter.section("host tier: what it changed on the host, and took back")
         for line in HOST_CHANGES:
             terminalreporter.write_line(line)
     timings = {**TIMINGS, **terminalreporter.config.stash.get(MEASURED, {})}

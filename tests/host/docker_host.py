@@ -13,16 +13,19 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import re
+import secrets
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import bounded_runc
 
@@ -34,6 +37,18 @@ START_TIMEOUT_SECONDS = 90
 STOP_TIMEOUT_SECONDS = 40  # dockerd gives running containers 15 s (shutdown-timeout) first
 SHIM_STOP_TIMEOUT_SECONDS = 5
 SOCKET_PATH_MAX = 107  # sun_path is 108 bytes with its NUL
+# Every container, network and volume the tier creates through `Docker` carries this label, its
+# value the session's: what the tier made, on a daemon it shares with others, is told by it.
+TIER_LABEL = "io.kamaji-hami-lab.host-tier.session"
+SESSION = f"{os.getpid()}-{secrets.token_hex(4)}"
+KINDS = ("container", "network", "volume")
+# The docker CLI's commands that create an object of a kind, and take `--label`.
+CREATING = {
+    ("run",): "container", ("create",): "container", ("container", "run"): "container",
+    ("container", "create"): "container", ("network", "create"): "network",
+    ("volume", "create"): "volume",
+}  # fmt: skip
+CREATED_ID = re.compile(r"[0-9a-f]{64}")
 # The environment as the session started (imported by conftest.py), before any fixture, the
 # hermetic tier's included, changed it.
 SESSION_ENV = dict(os.environ)
@@ -155,14 +170,81 @@ def pings(socket_path: str) -> bool:
         return False
 
 
+class NotMadeHere(Exception):
+    """The daemon holds an object of a name the tier needs that the tier did not make."""
+
+
+def creates(args: Sequence[str]) -> str | None:
+    """The kind of object a docker CLI command creates (None: it creates none)."""
+    for words, kind in CREATING.items():
+        if tuple(args[: len(words)]) == words:
+            return kind
+    return None
+
+
+def labelled(args: Sequence[str], session: str) -> list[str]:
+    """The command with the session's label, when it creates an object."""
+    kind = creates(args)
+    if kind is None:
+        return list(args)
+    at = 2 if args[0] in ("container", "network", "volume") else 1
+    return [*args[:at], "--label", f"{TIER_LABEL}={session}", *args[at:]]
+
+
+def labels_of(kind: str, found: Mapping[str, Any]) -> Mapping[str, str]:
+    """An inspected object's labels: a container's are in its Config."""
+    where = (found.get("Config") or {}) if kind == "container" else found
+    return where.get("Labels") or {}
+
+
+def session_alive(session: str) -> bool:
+    """The tier's session of that label value still runs (its pytest process lives)."""
+    pid = session.split("-", 1)[0]
+    return pid.isdigit() and process_alive(int(pid), "pytest")
+
+
+def not_made_here(
+    kind: str,
+    name: str,
+    found: Mapping[str, Any],
+    docker: Docker,
+    alive: Callable[[str], bool] | None = None,
+) -> str | None:
+    """Why the tier must leave `found` alone, or None when the tier made it: on its own daemon
+    everything is the tier's; on another, what this session recorded or labelled, and what an
+    earlier session that no longer runs labelled (it was interrupted before its cleanup)."""
+    if docker.own or found.get("Id") in docker.made[kind]:
+        return None
+    session = labels_of(kind, found).get(TIER_LABEL)
+    alive = alive or session_alive
+    if session == docker.session or (session is not None and not alive(session)):
+        return None
+    where = f"the Docker daemon at {docker.host} already has a {kind} {name!r}"
+    if session is not None:
+        pid = session.split("-", 1)[0]
+        return f"{where}, made by another host-tier session that still runs (pid {pid})"
+    return (
+        f"{where} ({str(found.get('Id', ''))[:12]}) that this tier did not make (no "
+        f"{TIER_LABEL} label): the tier never removes it. Remove or rename it yourself, or "
+        "run the tier on its own daemon (LAB_HOST_DOCKER=own; see docs/testing.md)"
+    )
+
+
 @dataclass
 class Docker:
-    """The daemon the tier uses; `run` is the docker CLI aimed at it."""
+    """The daemon the tier uses; `run` is the docker CLI aimed at it.
+
+    What the tier creates through `run` and `api` is labelled with the session (TIER_LABEL) and
+    its ID recorded in `made`, except networks created through the API: the provider reads a
+    network's labels back, so the lab network's request stays as the program's (recorded only).
+    """
 
     host: str  # DOCKER_HOST, unix://...
     own: bool
     default_runtime: str
     timings: dict[str, float] = field(default_factory=dict)
+    session: str = SESSION
+    made: dict[str, set[str]] = field(default_factory=lambda: {kind: set() for kind in KINDS})
 
     @property
     def socket(self) -> str:
@@ -174,8 +256,9 @@ class Docker:
     def run(
         self, *args: str, input: str | bytes | None = None, check: bool = True, timeout: float = 300
     ) -> subprocess.CompletedProcess[str]:
+        kind = creates(args)
         result = subprocess.run(
-            ["docker", *args],
+            ["docker", *labelled(args, self.session)],
             env=self.env(),
             input=input,
             capture_output=True,
@@ -187,10 +270,68 @@ class Docker:
             raise AssertionError(
                 f"docker {' '.join(args)[:300]} exited {result.returncode}: {result.stderr!s}"
             )
+        printed = result.stdout.strip().splitlines() if isinstance(result.stdout, str) else []
+        if kind is not None and result.returncode == 0 and printed:
+            if CREATED_ID.fullmatch(printed[-1]):  # `run -d`, `create`: the new object's ID
+                self.made[kind].add(printed[-1])
+            elif kind == "volume":
+                self.made[kind].add(printed[-1])  # a volume's ID is its name
         return result
 
     def api(self, method: str, path: str, body: Any = None) -> tuple[int, dict[str, str], Any]:
-        return api(self.socket, method, path, body)
+        endpoint = path.split("?", 1)[0]
+        kind = next(
+            (k for k in KINDS if method == "POST" and endpoint.endswith(f"/{k}s/create")), None
+        )
+        if kind in ("container", "volume"):
+            body = {**(body or {}), "Labels": {**(body or {}).get("Labels", {}),
+                                               TIER_LABEL: self.session}}  # fmt: skip
+        status, headers, answer = api(self.socket, method, path, body)
+        if kind is not None and status == 201 and isinstance(answer, dict):
+            self.made[kind].add(answer.get("Id") or answer.get("Name", ""))
+        return status, headers, answer
+
+    def inspect(self, kind: str, name: str) -> dict[str, Any] | None:
+        status, _, found = self.api(
+            "GET", f"/{kind}s/{name}" + ("/json" if kind == "container" else "")
+        )
+        return found if status == 200 else None
+
+    def claim(self, kind: str, name: str) -> dict[str, Any] | None:
+        """The object of that name the tier made (to remove or reuse), None when there is none;
+        NotMadeHere, naming it, when one is there that the tier did not make."""
+        found = self.inspect(kind, name)
+        if found is None:
+            return None
+        reason = not_made_here(kind, name, found, self)
+        if reason is not None:
+            raise NotMadeHere(reason)
+        return found
+
+    def record(self, kind: str, name: str) -> None:
+        """An object made for the tier by another program (kind's node containers)."""
+        found = self.inspect(kind, name)
+        if found is not None:
+            self.made[kind].add(found.get("Id") or found["Name"])
+
+    def made_here(self) -> dict[str, list[str]]:
+        """The IDs of what this session made that the daemon still has, by kind (volumes by
+        name): what the session's end removes from a daemon the tier shares."""
+        labelled = f'{{"label":["{TIER_LABEL}={self.session}"]}}'
+        listings = {
+            "container": ("/containers/json?all=1&filters=", "Id"),
+            "network": ("/networks?filters=", "Id"),
+            "volume": ("/volumes?filters=", "Name"),
+        }
+        found: dict[str, list[str]] = {}
+        for kind, (listing, key) in listings.items():
+            by_label = self.api("GET", listing + quote(labelled))[2] or []
+            if kind == "volume":
+                by_label = by_label.get("Volumes") or []
+            ids = [item[key] for item in by_label]
+            ids += [i for i in sorted(self.made[kind]) if i not in ids and self.inspect(kind, i)]
+            found[kind] = ids
+        return found
 
     def require_privileged(self) -> None:
         """A daemon the tier did not start runs privileged containers here only if it carries

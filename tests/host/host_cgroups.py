@@ -9,8 +9,10 @@ Machines of this project's kind boot without systemd and mount only some control
 hugetlb, perf_event, net_cls or net_prio hierarchy). A kubelet on cgroup v1 validates its root
 in hugetlb too, once a node's own systemd has mounted that hierarchy, at a root that every node
 container then shares and that can be read-only inside the node; the kubelet never starts. So
-the tier mounts what is missing, as systemd would, once, before its dockerd starts, and says so.
-A user's systemd host already has them all; the program and its node image are unchanged.
+the tier mounts what is missing, as systemd would, once, before its dockerd starts, and says so;
+at the session's end, once the daemon has stopped, it unmounts exactly those, in reverse order
+(`undo`), or says why one stays. A user's systemd host already has them all; the program and its
+node image are unchanged.
 """
 
 from __future__ import annotations
@@ -18,8 +20,10 @@ from __future__ import annotations
 import errno
 import os
 import subprocess
-from collections.abc import Callable
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -27,6 +31,11 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 JOINED = (("cpu", "cpuacct"), ("net_cls", "net_prio"))
 # What systemd passes to mount(2) for each hierarchy: MS_NOSUID|MS_NOEXEC|MS_NODEV.
 MOUNT_FLAGS = "rw,nosuid,nodev,noexec,relatime"
+# A removed cgroup is freed after rmdir returns; a hierarchy unmounted before that lives on in
+# the kernel, out of sight (its controllers stay bound to it: /proc/cgroups). Seen on this
+# project's machines: an immediate umount after rmdir left the hierarchy behind each time.
+RELEASE_TIMEOUT_SECONDS = 10
+NAMED_RELEASE_SECONDS = 1  # a named hierarchy has no /proc/cgroups row to watch
 
 
 class HostCgroupsUnfit(Exception):
@@ -122,12 +131,33 @@ def _remount(read_only: bool, run: Runner, root: Path) -> None:
         raise HostCgroupsUnfit(f"mount -o remount,{mode} {root}: {done.stderr.strip()}")
 
 
-def mount_hierarchy(hierarchy: Hierarchy, run: Runner = _run, root: Path = CGROUP_ROOT) -> None:
+@dataclass
+class Mounted:
+    """One hierarchy the tier mounted, and what it made for it: what `undo` takes back."""
+
+    hierarchy: Hierarchy
+    made_dir: bool  # the mount point did not exist before
+    links: list[Path] = field(default_factory=list)  # the aliases it linked
+
+
+@dataclass
+class Changes:
+    """What `make_like_systemd` did: the lines the session's end shows, the mounts in order."""
+
+    lines: list[str] = field(default_factory=list)
+    mounted: list[Mounted] = field(default_factory=list)
+    root: Path = CGROUP_ROOT
+
+
+def mount_hierarchy(hierarchy: Hierarchy, run: Runner = _run, root: Path = CGROUP_ROOT) -> Mounted:
     where = hierarchy.where(root)
+    mounted = Mounted(hierarchy, made_dir=not where.exists())
     where.mkdir(exist_ok=True)
     done = run(["mount", "-t", "cgroup", "-o", f"{MOUNT_FLAGS},{hierarchy.options}",
                 "cgroup", str(where)])  # fmt: skip
     if done.returncode != 0:
+        if mounted.made_dir:
+            where.rmdir()
         raise HostCgroupsUnfit(
             f"mount -t cgroup -o {hierarchy.options} cgroup {where}: {done.stderr.strip()} "
             "(a controller still in use by the cgroup v2 hierarchy cannot move to v1: "
@@ -135,8 +165,10 @@ def mount_hierarchy(hierarchy: Hierarchy, run: Runner = _run, root: Path = CGROU
         )
     for alias in hierarchy.aliases():
         link = root / alias
-        if not link.exists():
+        if not link.exists() and not link.is_symlink():
             link.symlink_to(hierarchy.options)
+            mounted.links.append(link)
+    return mounted
 
 
 def make_like_systemd(
@@ -144,35 +176,177 @@ def make_like_systemd(
     mountinfo: str | None = None,
     run: Runner = _run,
     root: Path = CGROUP_ROOT,
-) -> list[str]:
-    """Mounts the missing hierarchies; one line per change, empty when the host had them all.
-    Needs root. /sys/fs/cgroup is made writable for the mkdirs when it is read-only."""
+) -> Changes:
+    """Mounts the missing hierarchies; one line per change, none when the host had them all.
+    Needs root. /sys/fs/cgroup is made writable for the mkdirs when it is read-only. A mount
+    that fails takes back the ones made before it."""
     proc_cgroups = proc_cgroups if proc_cgroups is not None else Path("/proc/cgroups").read_text()
     mountinfo = mountinfo if mountinfo is not None else Path("/proc/self/mountinfo").read_text()
     hierarchies = missing_hierarchies(proc_cgroups, mountinfo)
+    changes = Changes(root=root)
     if not hierarchies:
-        return []
-    read_only = not os.access(root, os.W_OK) or _is_read_only(root)
-    if read_only:
-        _remount(False, run, root)
-    try:
+        return changes
+    with _writable(root, run):
         for hierarchy in hierarchies:
             try:
-                mount_hierarchy(hierarchy, run, root)
-            except OSError as error:
-                if error.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+                changes.mounted.append(mount_hierarchy(hierarchy, run, root))
+            except (OSError, HostCgroupsUnfit) as error:
+                _undo_mounts(changes, run, os.rmdir, None)
+                if isinstance(error, OSError) and error.errno in (
+                    errno.EROFS, errno.EACCES, errno.EPERM,
+                ):  # fmt: skip
                     raise HostCgroupsUnfit(
                         f"cannot make {hierarchy.where(root)}: {error}"
                     ) from None
                 raise
-    finally:
-        if read_only:
-            _remount(True, run, root)
-    return [
+    changes.lines = [
         f"mounted the cgroup v1 hierarchy {h.options} at {h.where(root)}, as systemd does "
         "(this host had not; kubelets on cgroup v1 validate their root in it)"
         for h in hierarchies
     ]
+    return changes
+
+
+@contextmanager
+def _writable(root: Path, run: Runner) -> Iterator[None]:
+    """/sys/fs/cgroup writable for the block (a systemd host mounts it read-only)."""
+    read_only = not os.access(root, os.W_OK) or _is_read_only(root)
+    if read_only:
+        _remount(False, run, root)
+    try:
+        yield
+    finally:
+        if read_only:
+            _remount(True, run, root)
+
+
+def _empty_children(where: Path, rmdir: Callable[[Path], None]) -> tuple[int, list[str]]:
+    """Removes the cgroups under a hierarchy's root, deepest first (docker leaves its empty
+    `docker` parent behind): how many went, and one line for each that holds processes."""
+    held: dict[Path, str] = {}
+    removed = 0
+    for directory in sorted((p for p in where.rglob("*") if p.is_dir() and not p.is_symlink()),
+                            key=lambda p: len(p.parts), reverse=True):  # fmt: skip
+        if any(path.is_relative_to(directory) for path in held):
+            continue  # a parent of a cgroup that stays
+        try:
+            rmdir(directory)
+            removed += 1
+        except OSError as error:
+            if error.errno != errno.ENOENT:
+                held[directory] = error.strerror or str(error)
+    return removed, [f"{path}: {why}" for path, why in held.items()]
+
+
+def read_proc_cgroups() -> str:
+    return Path("/proc/cgroups").read_text()
+
+
+def cgroup_counts(proc_cgroups: str) -> dict[str, tuple[int, int]]:
+    """controller -> (hierarchy ID, cgroups in it, the removed but not yet freed included)."""
+    counts = {}
+    for line in proc_cgroups.splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, hierarchy, cgroups, _enabled = line.split()
+            counts[name] = (int(hierarchy), int(cgroups))
+    return counts
+
+
+@dataclass
+class Release:
+    """How `undo` waits for the cgroups it removed to be freed (the tests give fakes)."""
+
+    proc_cgroups: Callable[[], str] = read_proc_cgroups
+    sleep: Callable[[float], None] = time.sleep
+    timeout: float = RELEASE_TIMEOUT_SECONDS
+
+    def wait(self, hierarchy: Hierarchy) -> bool:
+        """True once the hierarchy holds its root cgroup alone."""
+        waited = 0.0
+        while True:
+            counts = cgroup_counts(self.proc_cgroups())
+            listed = [counts[c][1] for c in hierarchy.controllers if c in counts]
+            if not listed:
+                self.sleep(NAMED_RELEASE_SECONDS)
+                return True
+            if all(n <= 1 for n in listed):
+                return True
+            if waited >= self.timeout:
+                return False
+            self.sleep(0.1)
+            waited += 0.1
+
+
+def read_mountinfo() -> str:
+    return Path("/proc/self/mountinfo").read_text()
+
+
+def cgroup_mounts(mountinfo: str) -> list[MountEntry]:
+    """The cgroup mounts of a mountinfo, in its order: what a session must leave as it found."""
+    return [e for e in mount_entries(mountinfo) if e.fs_type in ("cgroup", "cgroup2")]
+
+
+def _still_ours(mounted: Mounted, where: Path, mountinfo: str) -> bool:
+    wanted = set(mounted.hierarchy.controllers) - {"none"}  # a named hierarchy's mount option
+    return any(
+        e.mount_point == str(where) and e.fs_type == "cgroup" and wanted <= set(e.super_options)
+        for e in mount_entries(mountinfo)
+    )
+
+
+def _undo_mounts(
+    changes: Changes,
+    run: Runner,
+    rmdir: Callable[[Path], None],
+    mountinfo: Callable[[], str] | None,
+    release: Release | None = None,
+) -> list[str]:
+    """`mountinfo` None: the mounts were made a moment ago (a later one failed)."""
+    release = release or Release()
+    lines = []
+    for mounted in reversed(changes.mounted):
+        where = mounted.hierarchy.where(changes.root)
+        if mountinfo is not None and not _still_ours(
+            mounted, where, mountinfo()
+        ):  # someone unmounted it meanwhile
+            lines.append(f"{where} was no longer mounted as the tier mounted it: left alone")
+            continue
+        removed, held = _empty_children(where, rmdir)
+        if held:  # unmounted, the hierarchy would live on in the kernel, out of sight
+            lines.append(f"left {where} mounted: its cgroups hold processes ({'; '.join(held)})")
+            continue
+        if removed and not release.wait(mounted.hierarchy):
+            lines.append(
+                f"left {where} mounted: the cgroups removed from it were not freed within "
+                f"{release.timeout:.0f} s (unmounted, the hierarchy would live on unseen)"
+            )
+            continue
+        done = run(["umount", str(where)])
+        if done.returncode != 0:
+            lines.append(f"left {where} mounted: umount said {done.stderr.strip()}")
+            continue
+        for link in mounted.links:
+            link.unlink(missing_ok=True)
+        if mounted.made_dir:
+            rmdir(where)
+        lines.append(f"unmounted the cgroup v1 hierarchy {mounted.hierarchy.options} at {where}")
+    return lines
+
+
+def undo(
+    changes: Changes,
+    run: Runner = _run,
+    rmdir: Callable[[Path], None] = os.rmdir,
+    mountinfo: Callable[[], str] = read_mountinfo,
+    release: Release | None = None,
+) -> list[str]:
+    """Takes back what `make_like_systemd` did, in reverse order, once no daemon of the tier's
+    runs: each hierarchy's own cgroups emptied (rmdir), unmounted, its links and mount point
+    removed. One line per hierarchy: unmounted, or why it stays."""
+    if not changes.mounted:
+        return []
+    with _writable(changes.root, run):
+        return _undo_mounts(changes, run, rmdir, mountinfo, release)
 
 
 def _is_read_only(path: Path) -> bool:

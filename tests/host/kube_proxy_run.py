@@ -219,8 +219,8 @@ def program_kube_proxy_config(version: str = K8S_VERSION) -> dict[str, Any]:
 
 
 def create_network(docker: Docker) -> str:
-    status, _, found = docker.api("GET", f"/networks/{NETWORK}")
-    if status == 200:
+    found = docker.claim("network", NETWORK)  # NotMadeHere: one the tier did not make stays
+    if found is not None:
         docker.api("DELETE", f"/networks/{found['Id']}")  # left by an interrupted run of ours
     return docker.run(
         "network", "create", "--subnet", SUBNET, "--gateway", GATEWAY, NETWORK
@@ -242,8 +242,8 @@ def worker_attributes(image_id: str) -> dict[str, Any]:
 
 
 def start_worker(docker: Docker, node_image: str) -> str:
-    status, _, found = docker.api("GET", f"/containers/{CONTAINER}/json")
-    if status == 200:
+    found = docker.claim("container", CONTAINER)  # NotMadeHere: one the tier did not make
+    if found is not None:
         remove_as_the_provider(docker, found["Id"])  # left by an interrupted run of ours
     image_id = json.loads(docker.run("image", "inspect", node_image).stdout)[0]["Id"]
     container = create_as_the_provider(docker, worker_attributes(image_id))

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
 from docker_host import Docker
 from node_image import BuildPaths
 from program import CreatedNetwork
 from test_node_image import mirrored_run
+from test_workers import claimed
 
 CREATE_TIMEOUT_SECONDS = 600
 
@@ -99,12 +99,12 @@ def management_cluster(
     docker.require_privileged()
     command = kind_command(reference)
     assert command.environment["KIND_EXPERIMENTAL_DOCKER_NETWORK"] == network.name
-    if docker.run("inspect", command.node, check=False).returncode == 0:
-        if not docker.own:
-            pytest.fail(f"the daemon at {docker.host} already runs {command.node}", pytrace=False)
+    # kind's node carries no label of the tier's: recorded below once created
+    if claimed(docker, "container", command.node) is not None:
         run_script(docker, tier_cache, command.delete, command.environment)
     try:  # a create cut off by its timeout leaves a node behind: the delete runs anyway
         created = run_script(docker, tier_cache, command.create, command.environment)
+        docker.record("container", command.node)
         assert created.returncode == 0, created.stderr[-5000:]
         container = json.loads(docker.run("inspect", command.node).stdout)[0]
         yield Cluster(command, created, container)

@@ -220,7 +220,7 @@ def start(
     ]  # fmt: skip
     sandbox = _container(tenant, "sandbox")
     roles = ("etcd", *PROCESSES, konnectivity.SERVER_CONTAINER)
-    remove(docker, [sandbox, *(_container(tenant, p) for p in roles)])
+    remove(docker, [sandbox, *(_container(tenant, p) for p in roles)], claim=True)
     docker.run(
         "run", "-d", "--name", sandbox, "--network", network, "--ip", address,
         "--label", LABEL + tenant, "--entrypoint", "sleep", image, "infinity",
@@ -317,9 +317,12 @@ def _kamajis_kube_proxy_config(bin_dir: Path, admin: Path, run: Any) -> None:
     )
 
 
-def remove(docker: Docker, names: Sequence[str]) -> None:
+def remove(docker: Docker, names: Sequence[str], claim: bool = False) -> None:
+    """Removes the containers; with `claim`, names the tier may not have used yet: one of them
+    the tier did not make stops it (NotMadeHere) and stays."""
     for name in reversed(names):
-        docker.run("rm", "-f", "-v", name, check=False)
+        if not claim or docker.claim("container", name) is not None:
+            docker.run("rm", "-f", "-v", name, check=False)
 
 
 def stop(docker: Docker, stand_in: StandIn) -> None:

@@ -27,6 +27,7 @@ from docker_host import (
     host_capabilities_to_bound,
     launcher_script,
 )
+from test_workers import leftover
 
 THIS_HOST = "000001fffeffffff"  # CapBnd here: every capability 0..40 but CAP_SYS_RESOURCE (24)
 ALL_CAPS = [f"CAP_{name}" for name in bounded_runc.CAPABILITIES[:38]]  # what Docker 20.10 asks
@@ -210,6 +211,7 @@ def test_docker_exec_into_a_privileged_container_works(docker: Docker, busybox: 
     """An exec goes through `runc exec --process <file>`: the wrapper bounds that file too."""
     docker.require_privileged()
     name = f"host-tier-exec-{os.getpid()}"
+    leftover(docker, name)
     try:
         docker.run("run", "-d", "--name", name, "--privileged", busybox, "sleep", "300")
         result = docker.run("exec", name, "sh", "-c", PRIVILEGED_WORK)

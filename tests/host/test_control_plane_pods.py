@@ -121,23 +121,3 @@ def test_the_tenants_etcd_client_certificate_is_kamajis_subject_and_usages():
         ExtendedKeyUsageOID.CODE_SIGNING,
     ]
     assert certificate.issuer == x509.load_pem_x509_certificate(pki.ca_cert).subject
-
-
-@pytest.mark.upstream("kamaji-etcd-shared-datastore")
-def test_the_tenants_etcd_user_and_role_are_kamajis():
-    """`etcdctl user get` / `role get` on the whole-lab run's kamaji-etcd: user <UID> with role
-    <UID>, read and write on the prefix /<UID>/."""
-    commands = [
-        line.removeprefix(sd.ETCDCTL + " ")
-        for line in sd.tenant_setup_script(UID, UID).splitlines()
-        if line.startswith(sd.ETCDCTL)
-    ]
-    assert commands == [
-        f"user add --no-password=true {UID}",
-        f"role add {UID}",
-        f"role grant-permission {UID} readwrite /{UID}/ --prefix=true",
-        f"user grant-role {UID} {UID}",
-    ]
-    assert f"--etcd-prefix=/{UID}" in kr.apiserver_args(
-        program_tcp(), datastore_endpoints=[sd.ENDPOINT]
-    )

@@ -4,17 +4,26 @@ tier mounts them, and that the session's host has them all once the daemon runs.
 from __future__ import annotations
 
 import subprocess
+import time
+import uuid
 from pathlib import Path
 
 import pytest
 from docker_host import Docker
 from host_cgroups import (
+    MOUNT_FLAGS,
+    Changes,
     Hierarchy,
     HostCgroupsUnfit,
+    Release,
+    cgroup_mounts,
+    enabled_controllers,
     make_like_systemd,
     missing_hierarchies,
     mount_entries,
+    mount_hierarchy,
     thaw_frozen,
+    undo,
 )
 
 # /proc/cgroups and the cgroup lines of /proc/self/mountinfo of a machine of this project's kind
@@ -118,7 +127,7 @@ class RecordingMount:
 
 def test_the_tier_mounts_each_missing_hierarchy_with_systemds_flags_and_links(tmp_path: Path):
     mount = RecordingMount()
-    changes = make_like_systemd(PROC_CGROUPS, MOUNTINFO, mount, tmp_path)
+    changes = make_like_systemd(PROC_CGROUPS, MOUNTINFO, mount, tmp_path).lines
     assert mount.calls == [
         ["mount", "-t", "cgroup", "-o", f"rw,nosuid,nodev,noexec,relatime,{options}",
          "cgroup", str(tmp_path / options)]
@@ -131,8 +140,9 @@ def test_the_tier_mounts_each_missing_hierarchy_with_systemds_flags_and_links(tm
 
 def test_nothing_is_mounted_or_said_where_the_host_has_every_hierarchy(tmp_path: Path):
     mount = RecordingMount()
-    assert make_like_systemd(PROC_CGROUPS, SYSTEMD_MOUNTINFO, mount, tmp_path) == []
-    assert mount.calls == []
+    changes = make_like_systemd(PROC_CGROUPS, SYSTEMD_MOUNTINFO, mount, tmp_path)
+    assert (changes.lines, changes.mounted, mount.calls) == ([], [], [])
+    assert undo(changes, mount) == [] and mount.calls == []
 
 
 def test_a_refused_mount_stops_the_tier_with_mounts_reason(tmp_path: Path):
@@ -141,12 +151,21 @@ def test_a_refused_mount_stops_the_tier_with_mounts_reason(tmp_path: Path):
 
 
 @pytest.mark.upstream("systemd-mounts-every-cgroup-v1-controller")
-def test_once_the_daemon_runs_the_host_has_every_hierarchy_systemd_mounts(docker: Docker):
-    """The session's host, after the `docker` fixture: nothing is left to mount, so every
-    container, node containers included, gets its own cgroup in each hierarchy."""
-    mountinfo = Path("/proc/self/mountinfo").read_text()
-    assert missing_hierarchies(Path("/proc/cgroups").read_text(), mountinfo) == []
-    assert docker.run("info", "-f", "{{.CgroupVersion}}").stdout.strip() in ("1", "2")
+def test_a_container_of_the_sessions_daemon_has_its_cgroup_in_every_enabled_controller(
+    docker: Docker, busybox: str
+):
+    """What the mounts are for: each container, node containers included, gets its own cgroup
+    in the hierarchy of every controller the kernel enabled (a kubelet on cgroup v1 validates
+    its root in each); on cgroup v2 it has the one unified line."""
+    lines = docker.run(
+        "run", "--rm", "--cgroupns", "host", busybox, "cat", "/proc/self/cgroup"
+    ).stdout.splitlines()  # fmt: skip
+    if lines == [line for line in lines if line.startswith("0::")]:
+        pytest.skip("cgroup v2 only: one hierarchy holds every controller, nothing to mount")
+    # a hierarchy runc did not find mounted still shows in the list, at its root "/"
+    own = {c for line in lines for c in line.split(":")[1].split(",") if line.split(":")[2] != "/"}
+    enabled = enabled_controllers(Path("/proc/cgroups").read_text())
+    assert set(enabled) <= own, f"no cgroup of its own in {sorted(set(enabled) - own)}: {lines}"
 
 
 def test_a_frozen_cgroup_under_a_container_is_thawed_and_nothing_else(tmp_path: Path):
@@ -167,3 +186,149 @@ def test_a_frozen_cgroup_under_a_container_is_thawed_and_nothing_else(tmp_path: 
     assert (v2 / "cgroup.freeze").read_text() == "0"
     assert (other / "freezer.state").read_text() == "FROZEN\n"  # not this container's
     assert thaw_frozen("no-such-container", root=tmp_path) == []
+
+
+# --- the session's end: the host left as found
+
+
+FREED = Release(lambda: PROC_CGROUPS, lambda seconds: None)  # every hierarchy: its root alone
+
+
+class FakeMounts:
+    """mount(8) and umount(8) on a mountinfo kept in memory."""
+
+    def __init__(self, mountinfo: str, busy: str = "") -> None:
+        self.lines = mountinfo.splitlines()
+        self.calls: list[list[str]] = []
+        self.busy = busy
+
+    def __call__(self, argv: list[str]) -> subprocess.CompletedProcess[str]:
+        self.calls.append(argv)
+        if self.busy and self.busy in argv[-1]:
+            return subprocess.CompletedProcess(argv, 32, "", "target is busy")
+        if argv[:2] == ["mount", "-t"]:
+            options = argv[4].removeprefix(MOUNT_FLAGS + ",")
+            self.lines.append(f"90 31 0:90 / {argv[-1]} rw,relatime - cgroup cgroup rw,{options}")
+        elif argv[0] == "umount":
+            self.lines = [line for line in self.lines if line.split()[4] != argv[1]]
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    def mountinfo(self) -> str:
+        return "\n".join(self.lines) + "\n"
+
+
+def test_the_sessions_end_unmounts_exactly_what_the_tier_mounted_in_reverse(tmp_path: Path):
+    """Mounts after == mounts before; the cgroups docker left inside go first; the links and
+    the mount points the tier made go with them; what was there before stays."""
+    fake = FakeMounts(MOUNTINFO)
+    (tmp_path / "perf_event").mkdir()  # an empty folder the host had: it stays
+    changes = make_like_systemd(PROC_CGROUPS, MOUNTINFO, fake, tmp_path)
+    assert len(cgroup_mounts(fake.mountinfo())) == len(cgroup_mounts(MOUNTINFO)) + 3
+    (tmp_path / "hugetlb" / "docker" / "abc").mkdir(parents=True)  # the daemon's, emptied
+    lines = undo(changes, fake, mountinfo=fake.mountinfo, release=FREED)
+    assert cgroup_mounts(fake.mountinfo()) == cgroup_mounts(MOUNTINFO)
+    unmounted = [argv[1] for argv in fake.calls if argv[0] == "umount"]
+    assert unmounted == [str(tmp_path / o) for o in ("hugetlb", "perf_event", "net_cls,net_prio")]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["perf_event"]
+    assert len(lines) == 3 and lines[0].startswith("unmounted the cgroup v1 hierarchy hugetlb")
+
+
+def test_a_hierarchy_whose_cgroups_hold_processes_stays_mounted_and_says_why(tmp_path: Path):
+    fake = FakeMounts(MOUNTINFO)
+    changes = make_like_systemd(PROC_CGROUPS, MOUNTINFO, fake, tmp_path)
+    (tmp_path / "perf_event" / "docker" / "running").mkdir(parents=True)
+    busy = tmp_path / "perf_event" / "docker" / "running"
+
+    def rmdir(path: Path) -> None:
+        if path == busy:
+            raise OSError(16, "Device or resource busy")  # EBUSY: it has tasks
+        path.rmdir()
+
+    lines = undo(changes, fake, rmdir, fake.mountinfo, FREED)
+    assert lines[1] == (
+        f"left {tmp_path / 'perf_event'} mounted: its cgroups hold processes "
+        f"({busy}: Device or resource busy)"
+    )
+    left = {e.mount_point for e in cgroup_mounts(fake.mountinfo())}
+    assert left - {e.mount_point for e in cgroup_mounts(MOUNTINFO)} == {
+        str(tmp_path / "perf_event")
+    }
+
+
+def test_a_refused_umount_is_said_and_one_unmounted_meanwhile_is_left_alone(tmp_path: Path):
+    fake = FakeMounts(MOUNTINFO)
+    changes = make_like_systemd(PROC_CGROUPS, MOUNTINFO, fake, tmp_path)
+    fake.busy = "hugetlb"
+    fake.lines = [line for line in fake.lines if "perf_event" not in line]  # by someone else
+    lines = undo(changes, fake, mountinfo=fake.mountinfo, release=FREED)
+    assert lines[0] == f"left {tmp_path / 'hugetlb'} mounted: umount said target is busy"
+    assert lines[1].endswith("no longer mounted as the tier mounted it: left alone")
+    assert lines[2].startswith("unmounted the cgroup v1 hierarchy net_cls,net_prio")
+
+
+def test_the_umount_waits_until_the_removed_cgroups_are_freed(tmp_path: Path):
+    """Unmounted before the kernel frees a removed cgroup, a hierarchy lives on unseen (its
+    controller bound to it in /proc/cgroups): the umount comes once the count is the root's."""
+    fake = FakeMounts(MOUNTINFO)
+    hugetlb = Hierarchy(("hugetlb",))
+    changes = Changes(root=tmp_path, mounted=[mount_hierarchy(hugetlb, fake, tmp_path)])
+    (tmp_path / "hugetlb" / "docker").mkdir()
+    dying = PROC_CGROUPS.replace("hugetlb\t0\t1\t1", "hugetlb\t12\t2\t1")
+    counts = iter([dying, dying, PROC_CGROUPS])
+    seen: list[str] = []
+
+    def proc_cgroups() -> str:
+        seen.append(str(fake.calls[-1][0]))  # what ran last when the count was read
+        return next(counts)
+
+    lines = undo(
+        changes, fake, mountinfo=fake.mountinfo, release=Release(proc_cgroups, lambda s: None)
+    )
+    assert seen == ["mount", "mount", "mount"] and fake.calls[-1][0] == "umount"
+    assert lines == [f"unmounted the cgroup v1 hierarchy hugetlb at {tmp_path / 'hugetlb'}"]
+    fake = FakeMounts(MOUNTINFO)
+    changes = Changes(root=tmp_path, mounted=[mount_hierarchy(hugetlb, fake, tmp_path)])
+    (tmp_path / "hugetlb" / "docker").mkdir()
+    never = Release(lambda: dying, lambda s: None, timeout=1)
+    assert undo(changes, fake, mountinfo=fake.mountinfo, release=never) == [
+        f"left {tmp_path / 'hugetlb'} mounted: the cgroups removed from it were not freed "
+        "within 1 s (unmounted, the hierarchy would live on unseen)"
+    ]
+    assert fake.calls[-1][0] == "mount"
+
+
+def test_a_failed_mount_takes_back_the_ones_made_before_it(tmp_path: Path):
+    fake = FakeMounts(MOUNTINFO, busy="hugetlb")
+    with pytest.raises(HostCgroupsUnfit, match="target is busy"):
+        make_like_systemd(PROC_CGROUPS, MOUNTINFO, fake, tmp_path)
+    assert cgroup_mounts(fake.mountinfo()) == cgroup_mounts(MOUNTINFO)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_real_hierarchy_mounted_and_taken_back_leaves_the_mounts_as_found(tmp_path: Path):
+    """On this host's kernel: a named cgroup v1 hierarchy (no controller, so no daemon's
+    cgroup moves) mounted as the tier mounts one, a cgroup made in it as docker makes its
+    parent, then `undo`: /proc/self/mountinfo's cgroup mounts are as before (a named
+    hierarchy outlives its mount while it has cgroups: the name is new each run)."""
+    before = cgroup_mounts(Path("/proc/self/mountinfo").read_text())
+    named = Hierarchy(("none", f"name=host-tier-{uuid.uuid4().hex[:12]}"))
+    changes = Changes(root=tmp_path)
+    changes.mounted.append(mount_hierarchy(named, root=tmp_path))
+    try:
+        assert len(cgroup_mounts(Path("/proc/self/mountinfo").read_text())) == len(before) + 1
+        (named.where(tmp_path) / "docker" / "abc").mkdir(parents=True)
+        assert undo(changes) == [
+            f"unmounted the cgroup v1 hierarchy {named.options} at {named.where(tmp_path)}"
+        ]
+        assert cgroup_mounts(Path("/proc/self/mountinfo").read_text()) == before
+        assert not named.where(tmp_path).exists()
+        # gone from the kernel too (freed after the umount returns), not only from the mounts
+        deadline = time.monotonic() + 5
+        while named.controllers[1] in Path("/proc/self/cgroup").read_text():
+            assert time.monotonic() < deadline, f"{named.options} lives on in the kernel"
+            time.sleep(0.2)
+    finally:
+        if named.where(tmp_path).is_mount():
+            for child in sorted(named.where(tmp_path).rglob("*"), reverse=True):
+                child.rmdir() if child.is_dir() else None
+            subprocess.run(["umount", str(named.where(tmp_path))], check=False)

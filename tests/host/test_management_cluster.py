@@ -252,7 +252,7 @@ def leave_script(docker: Docker, mirrored_node_image: str) -> Iterator[LeaveScri
     try:
         yield LeaveScript(join["delete"], dict(join["environment"]), attributes)
     finally:  # the one the test made, on any daemon
-        docker.run("rm", "-f", "-v", WORKER, check=False)
+        leftover(docker, WORKER)
 
 
 def fake_node(tier_cache: Path, kubeconfig: str, name: str) -> None:

@@ -383,6 +383,29 @@ def test_the_tenants_share_one_etcd_each_under_its_own_prefix(platform: Platform
     assert other.returncode != 0 and "permission denied" in other.stderr, other
 
 
+@pytest.mark.upstream("kamaji-etcd-shared-datastore")
+def test_the_shared_etcd_holds_each_tenants_user_and_role_as_kamaji_makes_them(platform: Platform):
+    """What the whole-lab run's kamaji-etcd showed, read back from the etcd the stand-in set
+    up: auth on; users and roles `root` and one per tenant named by its schema (the UID), the
+    tenant's user holding its role alone, the role read and write on [/<UID>/, /<UID>0) only."""
+    schemas = sorted(tenant.schema for tenant in platform.tenants.values())
+    read = platform.etcd(
+        f"{shared_datastore.ETCDCTL} auth status && {shared_datastore.ETCDCTL} user list"
+        f" && {shared_datastore.ETCDCTL} role list"
+    )
+    assert read.returncode == 0, read.stderr
+    lines = read.stdout.splitlines()
+    assert lines[0] == "Authentication Status: true", lines
+    names = sorted(["root", *schemas])  # etcd lists them by name
+    assert lines[2:] == [*names, *names], lines
+    for schema in schemas:
+        user = platform.etcd(f"{shared_datastore.ETCDCTL} user get {schema}")
+        assert user.stdout == f"User: {schema}\nRoles: {schema}\n", user
+        role = platform.etcd(f"{shared_datastore.ETCDCTL} role get {schema}")
+        span = f"\t[/{schema}/, /{schema}0) (prefix /{schema}/)\n"
+        assert role.stdout == f"Role {schema}\nKV Read:\n{span}KV Write:\n{span}", role
+
+
 def client_files(platform: Platform, tenant: TenantPlane) -> tuple[str, str]:
     """The tenant's etcd client certificate and key, copied into the datastore's pod."""
     paths = []

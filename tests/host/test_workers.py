@@ -11,12 +11,14 @@ test_node_image.py's; the leave script is test_management_cluster.py's.
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Iterator
 from typing import Any
 
+import docker_host
 import pytest
-from docker_host import Docker
+from docker_host import Docker, NotMadeHere
 from host_cgroups import thaw_frozen
 from program import CreatedNetwork, assert_only_on_the_lab_network, declared
 
@@ -85,17 +87,38 @@ def remove_as_the_provider(docker: Docker, container: str) -> None:
         time.sleep(1)
 
 
+def remove_made_here(docker: Docker) -> list[str]:
+    """Removes what the session made on a daemon it shares (containers first: a network in use
+    cannot go); one line per object it could not remove."""
+    made = docker.made_here()
+    for container in made["container"]:
+        remove_as_the_provider(docker, container)
+    for kind in ("network", "volume"):
+        for name in made[kind]:
+            docker.api("DELETE", f"/{kind}s/{name}")
+    left = docker.made_here()
+    return [f"left on {docker.host}: {kind} {name}" for kind in left for name in left[kind]]
+
+
 def inspect(docker: Docker, container: str) -> dict[str, Any]:
     return json.loads(docker.run("inspect", container).stdout)[0]
 
 
 def leftover(docker: Docker, name: str) -> None:
-    status, _, body = docker.api("GET", f"/containers/{name}/json")
-    if status != 200:
-        return
-    if not docker.own:  # never remove what this tier did not make
-        pytest.fail(f"the daemon at {docker.host} already has a container {name!r}", pytrace=False)
-    remove_as_the_provider(docker, body["Id"])
+    """Removes the container of that name if the tier made it (this session, or an earlier
+    one cut off before its cleanup); one it did not make stays, and the test fails naming it."""
+    found = claimed(docker, "container", name)
+    if found is not None:
+        remove_as_the_provider(docker, found["Id"])
+
+
+def claimed(docker: Docker, kind: str, name: str, hint: str = "") -> dict[str, Any] | None:
+    """`Docker.claim`, a refusal failing the test with its message alone."""
+    try:
+        return docker.claim(kind, name)
+    except NotMadeHere as error:
+        refused = f"{error}{hint}"
+    pytest.fail(refused, pytrace=False)
 
 
 @pytest.fixture(scope="module")
@@ -177,3 +200,38 @@ def test_the_daemon_appends_label_disable_to_kinds_security_options(
     assert stored == [*kinds["security_opts"], "label=disable"]
     assert stored == daemon_security_opts(kinds)
     assert container_differences(kinds, {"security_opts": stored}) == {"security_opts"}
+
+
+def test_on_a_daemon_the_tier_shares_it_removes_what_it_made_and_only_that(
+    docker: Docker, busybox: str
+):
+    """The session's daemon seen as one a contributor runs: a container and a network made
+    without the tier (no label, not recorded) under names the tier uses stay, and the tier's
+    clash with them fails naming them; what the tier made there goes at the session's end."""
+    shared = Docker(docker.host, False, docker.default_runtime, session=f"{os.getpid()}-shared")
+    foreign = network = f"host-tier-foreign-{os.getpid()}"
+    ours = f"host-tier-ours-{os.getpid()}"
+    made = {}
+    for kind, path, body in (
+        ("containers", f"/containers/create?name={foreign}", {"Image": busybox, "Cmd": ["true"]}),
+        ("networks", "/networks/create", {"Name": network}),
+    ):
+        status, _, created = docker_host.api(docker.socket, "POST", path, body)  # no label
+        assert status == 201, created
+        made[kind] = created["Id"]
+    try:
+        with pytest.raises(pytest.fail.Exception, match=f"container '{foreign}' .*did not make"):
+            leftover(shared, foreign)
+        with pytest.raises(NotMadeHere, match=f"network '{network}'"):
+            shared.claim("network", network)
+        shared.run("create", "--name", ours, busybox, "true")
+        shared.run("network", "create", ours)
+        assert remove_made_here(shared) == []
+        assert shared.inspect("container", ours) is None and shared.inspect("network", ours) is None
+        assert shared.inspect("container", foreign)["Id"] == made["containers"]
+        assert shared.inspect("network", network)["Id"] == made["networks"]
+    finally:
+        for kind, ident in made.items():
+            docker_host.api(docker.socket, "DELETE", f"/{kind}/{ident}?force=1")
+        docker.run("rm", "-f", ours, check=False)
+        docker.run("network", "rm", ours, check=False)

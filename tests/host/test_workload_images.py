@@ -23,6 +23,7 @@ import yaml
 from docker_host import Docker
 from node_image import docker_archive
 from test_node_image import wait_for_boot
+from test_workers import leftover
 from workload_images import (
     AGENT_IMAGE,
     CNI_PLUGINS_VERSION,
@@ -232,7 +233,7 @@ def node(docker: Docker, node_image: str) -> Iterator[str]:
     """A node container of the node image, booted (systemd, containerd), not joined."""
     docker.require_privileged()
     name = f"workload-images-node-{os.getpid()}"
-    docker.run("rm", "-f", name, check=False)
+    leftover(docker, name)
     docker.run(
         "run", "-d", "--name", name, "--privileged", "--tmpfs", "/tmp", "--tmpfs", "/run",
         "--volume", "/var", "--volume", "/lib/modules:/lib/modules:ro", node_image,
