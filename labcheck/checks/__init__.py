@@ -57,7 +57,7 @@ ALL_CHECKS: tuple[Check, ...] = (
         "tenant.versions",
         "Stack, TenantControlPlane, API server and kubelets agree on the version",
         versions.versions_agree,
-        requires=API,
+        requires=("tcp.ready", *API),  # it reads the TenantControlPlane too
     ),
     Check(
         "nodes.joined",

@@ -51,7 +51,7 @@ STEP = "validation-labcheck"
 # mocks' placeholder).
 MANAGEMENT_CHECKS = {
     "mgmt.kamaji", "mgmt.webhooks", "tcp.ready", "tcp.distinct",
-    "nodes.management-clean", "isolation.management", "mgmt.registries",
+    "nodes.management-clean", "isolation.management", "mgmt.registries", "tenant.versions",
 }  # fmt: skip
 SELECTED = [c.id for c in ALL_CHECKS if c.id not in MANAGEMENT_CHECKS]
 NEEDS_HAMI = (
