@@ -1,0 +1,205 @@
+"""What HAMi v2.10.0's scheduler serves on :9395/metrics, from a list of cards and containers.
+
+The names, help texts, label names and units are those of cmd/scheduler/metrics.go at the pinned
+commit (fact `hami-scheduler-metrics-v2.10`): per card ``hami_gpu_*`` and ``hami_node_gpu_*``,
+per container and card ``hami_vgpu_*``, every one a gauge with the constant label zone="vGPU",
+memory in bytes (HAMi counts MiB and multiplies by 1024*1024), cores in percent of a card (100 is
+a whole card), ``hami_node_gpu_memory_allocated_ratio`` a 0-1 ratio. The text is what
+client_golang's text exposition writes (labels sorted by name, series sorted by label values,
+Go's shortest float format), so a test can compare it with a real scrape byte for byte.
+
+Not modelled: quotas (``hami_resource_quota_*``: no ResourceQuota on HAMi resources in the tests),
+MIG instances, AMD core normalisation, and HAMi's 15 s lag of the per-card series behind the pods
+(the per-card values are computed from the same containers, at once).
+
+``HamiMetricsServer`` serves it over HTTP; ``state`` may be replaced while it runs (pods come and
+go), each scrape renders the state of that moment.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import http.server
+import threading
+from collections.abc import Iterable, Sequence
+from decimal import Decimal
+
+MIB = 1024 * 1024
+ZONE = ("zone", "vGPU")  # NewClusterManager("vGPU", ...) wraps every collector series with it
+BUILD_INFO = {  # hami_build_info's labels (pkg/metrics/metrics.go); values as a release sets them
+    "build_date": "2026-08-21T00:00:00Z",
+    "compiler": "gc",
+    "go_version": "go1.25.5",
+    "platform": "linux/amd64",
+    "revision": "4707fb02c91c545bc7343ce26dba4c32919f9a3e",
+    "version": "v2.10.0",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Card:
+    uuid: str
+    node: str
+    total_mb: int
+    index: int = 0
+    type: str = "NVIDIA"
+    total_cores: int = 100
+
+
+@dataclasses.dataclass(frozen=True)
+class Container:
+    """One container's share of one card (a container with two cards is two of these)."""
+
+    namespace: str
+    pod: str
+    container_index: int
+    node: str
+    uuid: str
+    mb: int
+    cores: int
+
+
+@dataclasses.dataclass(frozen=True)
+class HamiState:
+    cards: tuple[Card, ...]
+    containers: tuple[Container, ...] = ()
+
+
+# name -> (help, label names in HAMi's declared order); cmd/scheduler/metrics.go:107-146, 325-334.
+CARD_LABELS = ("node", "device_uuid", "device_index", "device_type")
+CONTAINER_LABELS = ("namespace", "node", "pod", "container_index", "device_uuid")
+METRICS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "hami_gpu_memory_limit_bytes": ("Device memory limit for a certain GPU", CARD_LABELS),
+    "hami_gpu_core_limit_ratio": ("Device core limit for a certain GPU", CARD_LABELS),
+    "hami_gpu_memory_allocated_bytes": (
+        "Device memory allocated for a certain GPU",
+        ("node", "device_uuid", "device_index", "device_cores", "device_type"),
+    ),
+    "hami_gpu_shared_count": ("Number of containers sharing this GPU", CARD_LABELS),
+    "hami_gpu_core_allocated_ratio": ("Device core allocated for a certain GPU", CARD_LABELS),
+    "hami_node_gpu_overview": (
+        "GPU overview on a certain node",
+        CARD_LABELS[:3] + ("device_cores", "device_memory_limit", "device_type"),
+    ),
+    "hami_node_gpu_memory_allocated_ratio": (
+        "GPU Memory Allocated Percentage on a certain GPU",
+        CARD_LABELS,
+    ),
+    "hami_vgpu_memory_allocated_bytes": (
+        "vGPU memory allocated from a container",
+        CONTAINER_LABELS,
+    ),
+    "hami_vgpu_core_allocated_ratio": ("vGPU core allocated from a container", CONTAINER_LABELS),
+}
+
+Sample = tuple[str, dict[str, str], float]
+
+
+def samples(state: HamiState) -> list[Sample]:
+    """Every series HAMi's collector sends for ``state`` (without hami_build_info)."""
+    out: list[Sample] = []
+
+    def send(name: str, value: float, *values: object) -> None:
+        labels = dict(zip(METRICS[name][1], map(str, values), strict=True))
+        out.append((name, {**labels, ZONE[0]: ZONE[1]}, value))
+
+    for card in state.cards:
+        on_card = [c for c in state.containers if c.uuid == card.uuid and c.node == card.node]
+        used_mb = sum(c.mb for c in on_card)
+        used_cores = sum(c.cores for c in on_card)
+        ids = (card.node, card.uuid, card.index)
+        send("hami_gpu_memory_limit_bytes", card.total_mb * MIB, *ids, card.type)
+        send("hami_gpu_core_limit_ratio", card.total_cores, *ids, card.type)
+        send("hami_gpu_memory_allocated_bytes", used_mb * MIB, *ids, card.total_cores, card.type)
+        send("hami_gpu_shared_count", len(on_card), *ids, card.type)
+        send("hami_gpu_core_allocated_ratio", used_cores, *ids, card.type)
+        send("hami_node_gpu_overview", used_mb * MIB, *ids, card.total_cores, card.total_mb,
+             card.type)  # fmt: skip
+        if card.total_mb > 0:
+            send("hami_node_gpu_memory_allocated_ratio", used_mb / card.total_mb, *ids, card.type)
+    for c in state.containers:
+        ids = (c.namespace, c.node, c.pod, c.container_index, c.uuid)
+        send("hami_vgpu_memory_allocated_bytes", c.mb * MIB, *ids)
+        send("hami_vgpu_core_allocated_ratio", c.cores, *ids)
+    return out
+
+
+def go_float(value: float) -> str:
+    """strconv.FormatFloat(value, 'g', -1, 64), as client_golang's text format writes a value:
+    the shortest digits that read back the same, in %e form when the exponent is < -4 or >= 6."""
+    if value == 0:
+        return "0"
+    digits = Decimal(repr(float(value))).normalize()
+    exponent = digits.adjusted()
+    if exponent < -4 or exponent >= 6:
+        return f"{float(value):.{len(digits.as_tuple().digits) - 1}e}"
+    return format(digits, "f")
+
+
+def _labels(labels: dict[str, str]) -> str:
+    return ",".join(f'{k}="{_escape(labels[k])}"' for k in sorted(labels))
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
+
+
+def exposition(state: HamiState, build_info: bool = True) -> str:
+    """The text format 0.0.4 body of one scrape."""
+    families: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for name, labels, value in samples(state):
+        families.setdefault(name, []).append((labels, value))
+    lines: list[str] = []
+    if build_info:
+        families["hami_build_info"] = [(dict(BUILD_INFO), 1)]
+    for name in sorted(families):
+        help_text = (
+            METRICS[name][0]
+            if name in METRICS
+            else "hami build metadata exposed as labels with a constant value of 1."
+        )
+        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge"]
+        rows = sorted(families[name], key=lambda row: [row[0][k] for k in sorted(row[0])])
+        lines += [f"{name}{{{_labels(labels)}}} {go_float(value)}" for labels, value in rows]
+    return "\n".join(lines) + "\n"
+
+
+class HamiMetricsServer:
+    """HAMi's scheduler metrics endpoint: GET /metrics renders ``state`` at that moment."""
+
+    def __init__(self, host: str, state: HamiState) -> None:
+        self.state = state
+        self.scrapes = 0
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+                if self.path.split("?")[0] != "/metrics":
+                    self.send_error(404)
+                    return
+                body = exposition(server.state).encode()
+                server.scrapes += 1
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        self._httpd = http.server.ThreadingHTTPServer((host, 0), Handler)
+        self.host, self.port = host, self._httpd.server_address[1]
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+
+    def __enter__(self) -> HamiMetricsServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+
+def state_of(cards: Iterable[Card], containers: Sequence[Container] = ()) -> HamiState:
+    return HamiState(tuple(cards), tuple(containers))
