@@ -79,7 +79,7 @@ METRICS: dict[str, tuple[str, tuple[str, ...]]] = {
     "hami_gpu_core_allocated_ratio": ("Device core allocated for a certain GPU", CARD_LABELS),
     "hami_node_gpu_overview": (
         "GPU overview on a certain node",
-        CARD_LABELS[:3] + ("device_cores", "device_memory_limit", "device_type"),
+        (*CARD_LABELS[:3], "device_cores", "device_memory_limit", "device_type"),
     ),
     "hami_node_gpu_memory_allocated_ratio": (
         "GPU Memory Allocated Percentage on a certain GPU",
@@ -173,7 +173,7 @@ class HamiMetricsServer:
         server = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            def do_GET(self) -> None:
                 if self.path.split("?")[0] != "/metrics":
                     self.send_error(404)
                     return

@@ -1,0 +1,231 @@
+"""A real Prometheus for tests (the pinned build of binaries.py), and tenants it scrapes.
+
+    server = PrometheusServer.start(workdir, config)      # 127.0.0.1, a free port
+    server.query("up")                                     # the result list of /api/v1/query
+    server.stop()                                          # by its PID
+
+``serve_hami_metrics(plane, ...)`` makes a tenant's API server proxy HAMi's scheduler metrics
+Service to a stand-in on this host, as the lab's tenant proxies to HAMi's pod: a selector-less
+Service, its Endpoints, and the Pod they name (fact `kube-service-proxy-needs-a-pod-endpoint`:
+the proxy reads Endpoints, and only to a pod's IP). ``host_address()`` is the address the
+stand-in listens on: the API server refuses loopback and link-local endpoints.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import ipaddress
+import json
+import socket
+import struct
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+from binaries import bin_path
+from controlplane import ControlPlane, Process, free_port, wait_until
+
+SIOCGIFADDR = 0x8915  # linux/sockios.h
+
+
+def host_address() -> str:
+    """An IPv4 address of one of this host's interfaces that an Endpoints object may hold (not
+    loopback, not link-local), so a stand-in bound to it is reachable by the API server."""
+    found = []
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        for _, name in socket.if_nameindex():
+            try:
+                packed = fcntl.ioctl(
+                    sock.fileno(), SIOCGIFADDR, struct.pack("256s", name[:15].encode())
+                )
+            except OSError:  # no IPv4 address on it
+                continue
+            address = ipaddress.ip_address(packed[20:24])
+            if not (address.is_loopback or address.is_link_local or address.is_unspecified):
+                found.append(str(address))
+    if not found:
+        raise RuntimeError(
+            "no IPv4 address other than loopback and link-local on this host: the API server's"
+            " service proxy refuses those (fact kube-service-proxy-needs-a-pod-endpoint). Add one,"
+            " e.g. as root: ip link add lab0 type dummy && ip addr add 192.0.2.10/32 dev lab0"
+            " && ip link set lab0 up"
+        )
+    return found[0]
+
+
+@dataclasses.dataclass
+class PrometheusServer:
+    workdir: Path
+    url: str
+    process: Process
+    args: list[str]
+
+    @classmethod
+    def start(
+        cls, workdir: Path, config: dict[str, Any], extra_args: Sequence[str] = ()
+    ) -> PrometheusServer:
+        workdir.mkdir(parents=True, exist_ok=True)
+        (workdir / "prometheus.yml").write_text(yaml.safe_dump(config, sort_keys=False))
+        address = f"127.0.0.1:{free_port()}"
+        args = [
+            str(bin_path("prometheus")),
+            f"--config.file={workdir / 'prometheus.yml'}",
+            f"--storage.tsdb.path={workdir / 'data'}",
+            f"--web.listen-address={address}",
+            *extra_args,
+        ]
+        server = cls(
+            workdir, f"http://{address}", Process("prometheus", args, workdir / "log"), args
+        )
+        server._run()
+        return server
+
+    def _run(self) -> None:
+        self.process.start()
+        wait_until(self._ready, "prometheus /-/ready", 60, [self.process])
+
+    def _ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as response:
+                return response.status == 200
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            return False
+
+    def restart(self) -> None:
+        """Stop and start on the same data (it loads blocks added to the data dir meanwhile)."""
+        self.process.stop()
+        self._run()
+
+    def stop(self) -> None:
+        self.process.stop()
+
+    def api(self, path: str, **params: str) -> Any:
+        url = f"{self.url}/api/v1/{path}?{urllib.parse.urlencode(params)}"
+        with urllib.request.urlopen(url, timeout=30) as response:
+            body = json.load(response)
+        assert body["status"] == "success", body
+        return body["data"]
+
+    def query(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
+        params = {"query": expr} | ({"time": f"{at:.3f}"} if at is not None else {})
+        data = self.api("query", **params)
+        assert data["resultType"] == "vector", data
+        return data["result"]
+
+    def targets(self) -> list[dict[str, Any]]:
+        return self.api("targets", state="active")["activeTargets"]
+
+    def wait_for_scrapes(self, count: int = 2, timeout: float = 60) -> list[dict[str, Any]]:
+        """Wait until every active target has been scraped ``count`` times from now on."""
+        never = "0001-01-01T00:00:00Z"
+        seen: dict[str, set[str]] = {}
+        first: dict[str, str] = {}
+
+        def done() -> bool:
+            targets = self.targets()
+            for target in targets:
+                key = target["scrapeUrl"] + json.dumps(target["labels"], sort_keys=True)
+                first.setdefault(key, target["lastScrape"])
+                if target["lastScrape"] not in (never, first[key]):
+                    seen.setdefault(key, set()).add(target["lastScrape"])
+            return bool(targets) and all(len(seen.get(k, ())) >= count for k in first)
+
+        wait_until(done, f"{count} scrapes of every target", timeout, [self.process])
+        return self.targets()
+
+
+# --- a tenant's HAMi scheduler metrics, through its API server ------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class ProxyPath:
+    """/api/v1/namespaces/<namespace>/services/<service id>/proxy/<rest>, split."""
+
+    namespace: str
+    service_id: str  # [scheme:]name[:port]
+    rest: str
+
+    @classmethod
+    def parse(cls, path: str) -> ProxyPath:
+        parts = path.split("/")
+        assert parts[:4] == ["", "api", "v1", "namespaces"] and parts[5] == "services", path
+        assert parts[7] == "proxy", path
+        return cls(parts[4], parts[6], "/".join(parts[8:]))
+
+    @property
+    def service(self) -> str:
+        pieces = self.service_id.split(":")
+        return pieces[1] if len(pieces) == 3 else pieces[0]
+
+    @property
+    def port_name(self) -> str:
+        pieces = self.service_id.split(":")
+        return pieces[-1] if len(pieces) > 1 else ""
+
+
+def serve_hami_metrics(plane: ControlPlane, proxy: ProxyPath, host: str, port: int) -> None:
+    """HAMi's scheduler Service in the tenant, its endpoint the stand-in at host:port."""
+    ns, name = proxy.namespace, proxy.service
+
+    def apply(body: dict[str, Any]) -> None:
+        plane.kubectl("apply", "-f", "-", input=json.dumps(body))
+
+    apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    # A plane without the controller manager has no `default` ServiceAccount to admit a pod.
+    apply({"apiVersion": "v1", "kind": "ServiceAccount",
+           "metadata": {"name": "default", "namespace": ns}})  # fmt: skip
+    pod = "hami-scheduler-stand-in"
+    apply({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod, "namespace": ns},
+        # No scheduler of that name: the pod is never bound, and nobody else writes its status.
+        "spec": {"schedulerName": "no-scheduler", "containers": [{"name": "s", "image": "x"}]},
+    })  # fmt: skip
+    status = {"status": {"podIP": host, "podIPs": [{"ip": host}]}}
+    plane.kubectl("patch", "pod", pod, "-n", ns, "--subresource=status", "--type=merge",
+                  "-p", json.dumps(status))  # fmt: skip
+    port_name = proxy.port_name or "monitor"
+    apply({
+        "apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": ns},
+        "spec": {"ports": [{"name": port_name, "port": 31993, "targetPort": 9395}]},
+    })  # fmt: skip
+    apply({
+        "apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": name, "namespace": ns},
+        "subsets": [{
+            "addresses": [{"ip": host, "targetRef": {"kind": "Pod", "namespace": ns, "name": pod}}],
+            "ports": [{"name": port_name, "port": port}],
+        }],
+    })  # fmt: skip
+
+
+def reader_token(
+    plane: ControlPlane, account: str, proxy: ProxyPath, allowed: Sequence[str] | None
+) -> str:
+    """A ServiceAccount's token; with ``allowed``, it may `get` services/proxy of those names in
+    the proxy's namespace and nothing else."""
+    ns = "lab-monitoring"
+    plane.kubectl("create", "namespace", ns, check=False)
+    plane.kubectl("create", "serviceaccount", account, "-n", ns)
+    user = f"system:serviceaccount:{ns}:{account}"
+    if allowed is not None:
+        names = [f"--resource-name={name}" for name in allowed]
+        plane.kubectl("create", "role", account, "-n", proxy.namespace, "--verb=get",
+                      "--resource=services/proxy", *names)  # fmt: skip
+        plane.kubectl("create", "rolebinding", account, "-n", proxy.namespace,
+                      f"--role={account}", f"--serviceaccount={ns}:{account}")  # fmt: skip
+        for name in allowed:
+            plane.wait_until_allowed("admin", "get", f"services/{name}", "--subresource=proxy",
+                                     "-n", proxy.namespace, f"--as={user}")  # fmt: skip
+    return plane.kubectl("create", "token", account, "-n", ns, "--duration=2h").stdout.strip()
+
+
+def write_secret_dir(directory: Path, plane: ControlPlane, token: str) -> Path:
+    """What the lab keeps in the tenant's Secret for Prometheus: the CA and the token."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "ca.crt").write_bytes(plane.ca_path.read_bytes())
+    (directory / "token").write_text(token)
+    return directory

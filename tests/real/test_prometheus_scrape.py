@@ -1,0 +1,225 @@
+"""The lab's Prometheus scrapes each tenant's HAMi scheduler metrics through that tenant's API
+server: real Prometheus 3.16.0 and two real kube-apiservers v1.35.4 (one per tenant), the
+scrape configs as the program makes them, HAMi's metrics from a stand-in with HAMi v2.10.0's
+exact names and labels (tests/support/hami_metrics.py) listening on an address of this host.
+
+What the series must be: every one HAMi serves, with the same labels and values, plus
+``tenant``; gone at the next scrape once HAMi no longer serves it (a pod deleted); a token
+without the right to proxy that one Service is refused (403) and its target is down.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from controlplane import ControlPlane
+from prometheus import (
+    PrometheusServer,
+    ProxyPath,
+    host_address,
+    reader_token,
+    serve_hami_metrics,
+    write_secret_dir,
+)
+
+from tests.support.hami_metrics import Card, Container, HamiMetricsServer, HamiState, samples
+
+INTERVAL = "2s"
+TARGET_LABELS = ("job", "instance", "tenant")
+
+# --- until builders/prometheus_scrape.py lands ---------------------------------------------
+HAMI_PROXY = "/api/v1/namespaces/hami-system/services/http:hami-scheduler:monitor/proxy/metrics"
+
+
+@dataclasses.dataclass(frozen=True)
+class ScrapeTarget:
+    tenant: str
+    api_host: str
+    secret_dir: str
+
+
+def hami_scrape_configs(targets: list[ScrapeTarget], interval: str) -> list[dict]:
+    return [
+        {
+            "job_name": f"hami-scheduler-{t.tenant}",
+            "scrape_interval": interval,
+            "scheme": "https",
+            "metrics_path": HAMI_PROXY,
+            "authorization": {"credentials_file": f"{t.secret_dir}/token"},
+            "tls_config": {"ca_file": f"{t.secret_dir}/ca.crt"},
+            "static_configs": [{"targets": [t.api_host], "labels": {"tenant": t.tenant}}],
+        }
+        for t in targets
+    ]
+
+
+# -------------------------------------------------------------------------------------------
+
+STATE_A = HamiState(
+    cards=(Card("GPU-a0", "a-w1", 23034, index=0), Card("GPU-a1", "a-w1", 23034, index=1)),
+    containers=(
+        Container("team-x", "train-0", 0, "a-w1", "GPU-a0", 10000, 50),
+        Container("team-x", "train-1", 0, "a-w1", "GPU-a0", 5000, 25),
+        Container("team-y", "nb-0", 1, "a-w1", "GPU-a1", 2000, 10),
+    ),
+)
+STATE_B = HamiState(
+    cards=(Card("GPU-b0", "b-w1", 81920),),
+    containers=(Container("ml", "p1", 0, "b-w1", "GPU-b0", 20000, 30),),
+)
+
+
+@dataclasses.dataclass
+class Tenant:
+    name: str
+    plane: ControlPlane
+    hami: HamiMetricsServer
+    target: ScrapeTarget
+
+
+@dataclasses.dataclass
+class ScrapeLab:
+    tenants: dict[str, Tenant]
+    prometheus: PrometheusServer
+    proxy: ProxyPath
+    workdir: Path
+
+
+def api_host(plane: ControlPlane) -> str:
+    return plane.server.removeprefix("https://")
+
+
+def proxy_path(configs: list[dict]) -> ProxyPath:
+    paths = {config["metrics_path"] for config in configs}
+    assert len(paths) == 1, paths
+    return ProxyPath.parse(paths.pop())
+
+
+@pytest.fixture(scope="module")
+def lab(start_control_plane, tmp_path_factory) -> Iterator[ScrapeLab]:
+    workdir = tmp_path_factory.mktemp("prometheus-scrape")
+    host = host_address()
+    with contextlib.ExitStack() as stack:
+        tenants: dict[str, Tenant] = {}
+        for name, state in (("tenant-a", STATE_A), ("tenant-b", STATE_B)):
+            # Two tenants, two API servers (etcd and kube-apiserver each; no controllers needed).
+            plane = start_control_plane(f"prom-{name}", full=False)
+            hami = stack.enter_context(HamiMetricsServer(host, state))
+            target = ScrapeTarget(name, api_host(plane), str(workdir / name))
+            tenants[name] = Tenant(name, plane, hami, target)
+        configs = hami_scrape_configs([t.target for t in tenants.values()], INTERVAL)
+        proxy = proxy_path(configs)
+        for tenant in tenants.values():
+            serve_hami_metrics(tenant.plane, proxy, host, tenant.hami.port)
+            token = reader_token(tenant.plane, "prometheus", proxy, [proxy.service_id])
+            write_secret_dir(Path(tenant.target.secret_dir), tenant.plane, token)
+        config = {"global": {"scrape_interval": INTERVAL}, "scrape_configs": configs}
+        prometheus = PrometheusServer.start(workdir / "prometheus", config)
+        stack.callback(prometheus.stop)
+        yield ScrapeLab(tenants, prometheus, proxy, workdir)
+
+
+Series = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def served(state: HamiState) -> Series:
+    return {(name, frozenset(labels.items())): value for name, labels, value in samples(state)}
+
+
+def scraped(prometheus: PrometheusServer, tenant: str) -> Series:
+    """Every HAMi series Prometheus holds now for ``tenant``, without the target's labels."""
+    out: Series = {}
+    query = f'{{__name__=~"hami_.+",__name__!="hami_build_info",tenant="{tenant}"}}'
+    for row in prometheus.query(query):
+        labels = dict(row["metric"])
+        name = labels.pop("__name__")
+        for key in TARGET_LABELS:
+            labels.pop(key)
+        out[(name, frozenset(labels.items()))] = float(row["value"][1])
+    return out
+
+
+def proxied_by(plane: ControlPlane, user: str) -> list[int]:
+    """The status codes of ``user``'s requests through a service proxy, from the audit log."""
+    codes = []
+    for line in plane.audit_log.read_text().splitlines():
+        event = json.loads(line)
+        ref = event.get("objectRef", {})
+        if (ref.get("resource"), ref.get("subresource")) != ("services", "proxy"):
+            continue
+        if event["user"]["username"] == user and event["stage"] == "ResponseComplete":
+            codes.append(event["responseStatus"]["code"])
+    return codes
+
+
+@pytest.mark.upstream("hami-scheduler-metrics-v2.10", "kube-service-proxy-needs-a-pod-endpoint")
+def test_each_tenant_is_scraped_through_its_own_api_server_with_hamis_series(lab: ScrapeLab):
+    targets = lab.prometheus.wait_for_scrapes(2)
+    assert sorted((t["labels"]["tenant"], t["health"], t["lastError"]) for t in targets) == [
+        ("tenant-a", "up", ""),
+        ("tenant-b", "up", ""),
+    ]
+    for tenant in lab.tenants.values():
+        assert scraped(lab.prometheus, tenant.name) == served(tenant.hami.state)
+        # Through the tenant's API server, as the ServiceAccount the token is of.
+        user = "system:serviceaccount:lab-monitoring:prometheus"
+        codes = proxied_by(tenant.plane, user)
+        assert codes and set(codes) == {200}, codes
+    durations = {
+        row["metric"]["tenant"]: float(row["value"][1])
+        for row in lab.prometheus.query("scrape_duration_seconds")
+    }
+    print(f"scrape_duration_seconds per tenant: {durations}")
+    assert set(durations) == {"tenant-a", "tenant-b"}
+
+
+def test_a_pod_that_goes_away_is_gone_at_the_next_scrape_and_a_new_one_appears(lab: ScrapeLab):
+    tenant = lab.tenants["tenant-a"]
+    lab.prometheus.wait_for_scrapes(1)
+    before = STATE_A.containers
+    new_pod = Container("team-y", "nb-1", 0, "a-w1", "GPU-a1", 3000, 20)
+    tenant.hami.state = dataclasses.replace(STATE_A, containers=(*before[:1], before[2], new_pod))
+    try:
+        lab.prometheus.wait_for_scrapes(2)
+        now = scraped(lab.prometheus, "tenant-a")
+        # A staleness marker, not five minutes of the last value (the lookback delta).
+        assert now == served(tenant.hami.state)
+        assert not any(("pod", "train-1") in labels for _, labels in now)
+    finally:
+        tenant.hami.state = STATE_A
+
+
+@pytest.mark.upstream("kube-service-proxy-rbac-names-the-whole-id")
+def test_a_token_without_the_right_to_proxy_that_service_gets_403_and_its_target_is_down(
+    lab: ScrapeLab,
+):
+    plane = lab.tenants["tenant-a"].plane
+    workdir = lab.workdir / "denied"
+    accounts = {
+        "no-role": None,  # no Role at all
+        "name-only": [lab.proxy.service],  # services/proxy on the name without scheme and port
+        "whole-id": [lab.proxy.service_id],  # what the lab grants: the control
+    }
+    targets = []
+    for account, allowed in accounts.items():
+        token = reader_token(plane, account, lab.proxy, allowed)
+        write_secret_dir(workdir / account, plane, token)
+        targets.append(ScrapeTarget(account, api_host(plane), str(workdir / account)))
+    config = {"scrape_configs": hami_scrape_configs(targets, INTERVAL)}
+    prometheus = PrometheusServer.start(workdir / "prometheus", config)
+    try:
+        health = {
+            t["labels"]["tenant"]: (t["health"], t["lastError"])
+            for t in prometheus.wait_for_scrapes(1)
+        }
+    finally:
+        prometheus.stop()
+    assert health["whole-id"] == ("up", "")
+    for account in ("no-role", "name-only"):
+        assert health[account][0] == "down"
+        assert "403" in health[account][1], health[account]
