@@ -41,6 +41,7 @@ from labconfig.mirrors import (
     check_registry_mirrors,
 )
 from labconfig.preflight_checks import PREFLIGHT_CHECKS
+from labconfig.monitoring import MonitoringConfig
 
 PROJECT = "kamaji-hami-lab"
 
@@ -290,6 +291,9 @@ class LabConfig(ConfigModel):
     # Host checks a user accepts knowingly, by name, with why: still run, reported as warnings.
     preflight_accept: dict[str, str] = Field(default_factory=dict)
     validate_lab: bool = Field(default=True, alias="validate")
+    monitoring: MonitoringConfig = MonitoringConfig()
+    # Grafana's admin password; empty: the chart makes one (`make dashboard` says where).
+    grafana_admin_password: SecretStr = SecretStr("")
     tenants: tuple[TenantConfig, ...] = Field(min_length=1)
 
     def mirror_auth(self) -> dict[str, str]:
