@@ -17,8 +17,10 @@ import dataclasses
 import fcntl
 import ipaddress
 import json
+import re
 import socket
 import struct
+import subprocess
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -82,10 +84,11 @@ class PrometheusServer:
         server = cls(
             workdir, f"http://{address}", Process("prometheus", args, workdir / "log"), args
         )
-        server._run()
+        server.run()
         return server
 
-    def _run(self) -> None:
+    def run(self) -> None:
+        """Start (again) on the same data dir and wait until it is ready."""
         self.process.start()
         wait_until(self._ready, "prometheus /-/ready", 60, [self.process])
 
@@ -99,7 +102,7 @@ class PrometheusServer:
     def restart(self) -> None:
         """Stop and start on the same data (it loads blocks added to the data dir meanwhile)."""
         self.process.stop()
-        self._run()
+        self.run()
 
     def stop(self) -> None:
         self.process.stop()
@@ -229,3 +232,76 @@ def write_secret_dir(directory: Path, plane: ControlPlane, token: str) -> Path:
     (directory / "ca.crt").write_bytes(plane.ca_path.read_bytes())
     (directory / "token").write_text(token)
     return directory
+
+
+# --- the past, as Prometheus would have stored it -------------------------------------------
+
+# A series' samples: (unix seconds, value), value None for a staleness marker.
+SeriesSamples = tuple[dict[str, str], list[tuple[float, float | None]]]
+
+
+def write_block(data_dir: Path, series: Sequence[SeriesSamples]) -> None:
+    """The series into one TSDB block in ``data_dir`` (a stopped Prometheus's, or one it is
+    restarted on), staleness markers included (fact prometheus-backfill-no-staleness)."""
+    lines = [
+        json.dumps({"labels": labels, "samples": [[round(t * 1000), v] for t, v in samples]})
+        for labels, samples in series
+    ]
+    data_dir.mkdir(parents=True, exist_ok=True)
+    subprocess.run([str(bin_path("tsdb-blocks")), str(data_dir)], input="\n".join(lines) + "\n",
+                   check=True, capture_output=True, text=True)  # fmt: skip
+
+
+def with_staleness(
+    steps: Sequence[float], present: dict[float, float]
+) -> list[tuple[float, float | None]]:
+    """A series' samples at each evaluation step it has a value, and a staleness marker at the
+    first step it has none after having had one: what a scrape or a rule group writes."""
+    samples: list[tuple[float, float | None]] = []
+    for step in steps:
+        if step in present:
+            samples.append((step, present[step]))
+        elif samples and samples[-1][1] is not None:
+            samples.append((step, None))
+    return samples
+
+
+def evaluate_into(
+    prometheus: PrometheusServer, record: str, expr: str, steps: Sequence[float]
+) -> list[SeriesSamples]:
+    """``expr`` evaluated at every step as a rule group evaluates it (an instant query at each
+    time: a range query's steps), the results named ``record``, staleness markers where a series
+    stops, as the rule group writes them (rules/group.go)."""
+    step = steps[1] - steps[0]
+    data = prometheus.api("query_range", query=expr, start=f"{steps[0]:.3f}",
+                          end=f"{steps[-1]:.3f}", step=f"{step:.3f}")  # fmt: skip
+    out: list[SeriesSamples] = []
+    for row in data["result"]:
+        labels = {**row["metric"], "__name__": record}
+        present = {float(t): float(v) for t, v in row["values"]}
+        out.append((labels, with_staleness(steps, present)))
+    return out
+
+
+def backfill_rules(
+    prometheus: PrometheusServer, rules: Sequence[dict[str, str]], steps: Sequence[float]
+) -> None:
+    """Record ``rules`` over ``steps`` into the server's storage, as if it had evaluated them
+    all along. A rule may read the records of rules before it: those are written (and the
+    server restarted to load their block) before it is evaluated."""
+    batch: list[SeriesSamples] = []
+    pending: set[str] = set()
+    for rule in rules:
+        if any(re.search(rf"\b{re.escape(record)}\b", rule["expr"]) for record in pending):
+            _load(prometheus, batch)
+            batch, pending = [], set()
+        batch += evaluate_into(prometheus, rule["record"], rule["expr"], steps)
+        pending.add(rule["record"])
+    _load(prometheus, batch)
+
+
+def _load(prometheus: PrometheusServer, series: Sequence[SeriesSamples]) -> None:
+    if series:
+        prometheus.stop()
+        write_block(prometheus.workdir / "data", series)
+        prometheus.run()

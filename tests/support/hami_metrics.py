@@ -8,8 +8,8 @@ a whole card), ``hami_node_gpu_memory_allocated_ratio`` a 0-1 ratio. The text is
 client_golang's text exposition writes (labels sorted by name, series sorted by label values,
 Go's shortest float format), so a test can compare it with a real scrape byte for byte.
 
-Not modelled: quotas (``hami_resource_quota_*``: no ResourceQuota on HAMi resources in the tests),
-MIG instances, AMD core normalisation, and HAMi's 15 s lag of the per-card series behind the pods
+Not modelled: MIG instances, AMD core normalisation, and HAMi's 15 s lag of the per-card
+series behind the pods
 (the per-card values are computed from the same containers, at once).
 
 ``HamiMetricsServer`` serves it over HTTP; ``state`` may be replaced while it runs (pods come and
@@ -60,12 +60,25 @@ class Container:
 
 
 @dataclasses.dataclass(frozen=True)
+class Quota:
+    """A namespace's ResourceQuota on one of HAMi's resources (``name``: the resource, e.g.
+    nvidia.com/gpumem), in that resource's units; ``limit`` None: no limit set."""
+
+    namespace: str
+    name: str
+    used: int
+    limit: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
 class HamiState:
     cards: tuple[Card, ...]
     containers: tuple[Container, ...] = ()
+    quotas: tuple[Quota, ...] = ()
 
 
-# name -> (help, label names in HAMi's declared order); cmd/scheduler/metrics.go:107-146, 325-334.
+# name -> (help, label names in HAMi's declared order); cmd/scheduler/metrics.go:107-146,
+# 286-295, 325-334.
 CARD_LABELS = ("node", "device_uuid", "device_index", "device_type")
 CONTAINER_LABELS = ("namespace", "node", "pod", "container_index", "device_uuid")
 METRICS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -84,6 +97,14 @@ METRICS: dict[str, tuple[str, tuple[str, ...]]] = {
     "hami_node_gpu_memory_allocated_ratio": (
         "GPU Memory Allocated Percentage on a certain GPU",
         CARD_LABELS,
+    ),
+    "hami_resource_quota_used": (
+        "resourcequota usage for a certain device",
+        ("namespace", "quota_name", "limit"),
+    ),
+    "hami_resource_quota_limit": (
+        "resourcequota limit for a certain device",
+        ("namespace", "quota_name"),
     ),
     "hami_vgpu_memory_allocated_bytes": (
         "vGPU memory allocated from a container",
@@ -117,6 +138,10 @@ def samples(state: HamiState) -> list[Sample]:
              card.type)  # fmt: skip
         if card.total_mb > 0:
             send("hami_node_gpu_memory_allocated_ratio", used_mb / card.total_mb, *ids, card.type)
+    for q in state.quotas:  # metrics.go:304-313; an unset limit reads 0 in the `limit` label
+        send("hami_resource_quota_used", q.used, q.namespace, q.name, q.limit or 0)
+        if q.limit is not None:
+            send("hami_resource_quota_limit", q.limit, q.namespace, q.name)
     for c in state.containers:
         ids = (c.namespace, c.node, c.pod, c.container_index, c.uuid)
         send("hami_vgpu_memory_allocated_bytes", c.mb * MIB, *ids)

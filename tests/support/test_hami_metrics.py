@@ -64,7 +64,9 @@ def test_a_pod_that_is_gone_leaves_its_series_and_the_card_counts_without_it():
     one_left = state_of(TWO_PODS.cards, TWO_PODS.containers[:1])
     text = exposition(one_left)
     assert 'pod="p2"' not in text
-    assert 'hami_gpu_shared_count{device_index="0",device_type="NVIDIA",device_uuid="GPU-a",' in text
+    assert (
+        'hami_gpu_shared_count{device_index="0",device_type="NVIDIA",device_uuid="GPU-a",' in text
+    )
     assert '"w1",zone="vGPU"} 1\n' in text
     assert "hami_gpu_core_allocated_ratio{" in text and "} 30\n" in text
 
@@ -72,7 +74,9 @@ def test_a_pod_that_is_gone_leaves_its_series_and_the_card_counts_without_it():
 def test_an_idle_card_is_still_listed_with_nothing_allocated():
     text = series_lines(exposition(state_of([Card("GPU-b", "w2", 23034, index=1)])))
     assert 'hami_gpu_memory_allocated_bytes{device_cores="100",device_index="1",' in text
-    assert 'hami_gpu_shared_count{device_index="1",device_type="NVIDIA",device_uuid="GPU-b",' in text
+    assert (
+        'hami_gpu_shared_count{device_index="1",device_type="NVIDIA",device_uuid="GPU-b",' in text
+    )
     assert "hami_vgpu" not in text
 
 

@@ -1,0 +1,255 @@
+"""Slice-hours that outlive the pods, and every dashboard query, on a real Prometheus 3.16.0
+holding three hours of two tenants' HAMi series as the lab's Prometheus would have stored them.
+
+The past is written as it would have been scraped: HAMi v2.10.0's series (the stand-in's, with
+the target labels the program's scrape configs give) every scrape interval of the stack's
+default, a staleness marker at the first scrape without a pod; then the program's recording
+rules evaluated over the same time at the rule group's interval, with the markers a rule group
+writes (prometheus.backfill_rules). A deleted pod is thus what it is in the lab: samples until
+its last scrape, nothing after.
+
+The expected figures are computed here from the scenario alone: a slice's GPU share is the
+larger of its memory and compute fractions of its card, times the hours it lived.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import subprocess
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+
+import pytest
+import yaml
+from binaries import bin_path
+from prometheus import PrometheusServer, SeriesSamples, backfill_rules, with_staleness, write_block
+
+from builders.dashboard import dashboard_queries, resolved
+from builders.prometheus_scrape import ScrapeTarget, hami_scrape_configs
+from builders.slice_rules import rule_groups
+from labconfig.monitoring import MonitoringConfig
+from tests.support.hami_metrics import Card, Container, HamiState, Quota, samples
+
+MINUTE = 60
+SCRAPE = 30  # MonitoringConfig's default scrape_interval, checked below
+WINDOW_HOURS = 3
+# Series are written from 10 min before the window on, so the window starts with the cards'.
+LEAD_IN = 10 * MINUTE
+
+
+@dataclasses.dataclass(frozen=True)
+class Slice:
+    """A pod's container on a card from ``start`` to ``end`` minutes into the window."""
+
+    tenant: str
+    container: Container
+    start: int
+    end: int
+
+
+CARDS = {
+    "tenant-a": (Card("GPU-a0", "a-w1", 20000, index=0), Card("GPU-a1", "a-w1", 20000, index=1)),
+    "tenant-b": (Card("GPU-b0", "b-w1", 80000),),
+}
+SLICES = (
+    # Four pods of a quarter of a card each (memory and cores) for exactly an hour, deleted an
+    # hour and a half before the end of the window: one GPU-hour.
+    *(
+        Slice("tenant-a", Container("team-x", f"q{i}", 0, "a-w1", "GPU-a0", 5000, 25), 30, 90)
+        for i in range(4)
+    ),
+    # Half the memory, a tenth of the compute, two hours: its share is a half, one GPU-hour.
+    Slice("tenant-a", Container("team-y", "big", 0, "a-w1", "GPU-a1", 10000, 10), 10, 130),
+    # A quarter of the memory, 30 % of the compute, half an hour: 0.15 GPU-hours.
+    Slice("tenant-b", Container("ml", "p1", 0, "b-w1", "GPU-b0", 20000, 30), 60, 90),
+)
+QUOTAS = {"tenant-a": (Quota("team-x", "nvidia.com/gpumem", 20000, 40000),)}
+MIDDLE = 60  # minutes into the window: every pod above is running
+
+
+@dataclasses.dataclass
+class Ledger:
+    prometheus: PrometheusServer
+    window_start: float  # unix seconds, a whole minute
+    window_end: float
+
+    def at(self, minutes: int) -> float:
+        return self.window_start + minutes * MINUTE
+
+
+def state_at(tenant: str, minute: float) -> HamiState:
+    return HamiState(
+        cards=CARDS[tenant],
+        containers=tuple(
+            s.container for s in SLICES if s.tenant == tenant and s.start <= minute < s.end
+        ),
+        quotas=QUOTAS.get(tenant, ()),
+    )
+
+
+def scraped_past(
+    target_config: dict, tenant: str, steps: list[float], start: float
+) -> list[SeriesSamples]:
+    """What the lab's Prometheus stores from ``tenant``'s HAMi at each scrape of ``steps``."""
+    target = {
+        "job": target_config["job_name"],
+        "instance": target_config["static_configs"][0]["targets"][0],
+        **target_config["static_configs"][0]["labels"],
+    }
+    values: dict[tuple, dict[float, float]] = defaultdict(dict)
+    for step in steps:
+        for name, labels, value in samples(state_at(tenant, (step - start) / MINUTE)):
+            key = tuple(sorted({**labels, **target, "__name__": name}.items()))
+            values[key][step] = value
+    return [(dict(key), with_staleness(steps, present)) for key, present in values.items()]
+
+
+@pytest.fixture(scope="module")
+def ledger(tmp_path_factory) -> Iterator[Ledger]:
+    assert MonitoringConfig().scrape_interval == f"{SCRAPE}s"
+    workdir = tmp_path_factory.mktemp("prometheus-ledger")
+    # A window that ended ten minutes ago (whole minutes, so the subqueries' one-minute steps
+    # fall on the scrapes), its pods long gone from the Prometheus head's time.
+    end = (math.floor(time.time() / MINUTE) - 10) * MINUTE
+    start = end - WINDOW_HOURS * 3600
+    steps = [float(t) for t in range(int(start - LEAD_IN), int(end) + 1, SCRAPE)]
+    targets = [ScrapeTarget(t, f"{t}.lab.invalid:6443", f"/secrets/{t}") for t in CARDS]
+    configs = hami_scrape_configs(targets, f"{SCRAPE}s")
+    series = [
+        s
+        for config, target in zip(configs, targets, strict=True)
+        for s in scraped_past(config, target.tenant, steps, start)
+    ]
+    write_block(workdir / "data", series)
+    groups = rule_groups(f"{SCRAPE}s")
+    (workdir / "rules.yml").write_text(yaml.safe_dump({"groups": groups}, sort_keys=False))
+    promtool = [str(bin_path("promtool")), "check", "rules", str(workdir / "rules.yml")]
+    check = subprocess.run(promtool, capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+    config = {
+        "global": {"evaluation_interval": f"{SCRAPE}s"},
+        "rule_files": [str(workdir / "rules.yml")],
+    }
+    prometheus = PrometheusServer.start(workdir, config)
+    try:
+        rules = [rule for group in groups for rule in group["rules"]]
+        backfill_rules(prometheus, rules, steps)
+        yield Ledger(prometheus, start, end)
+    finally:
+        prometheus.stop()
+
+
+# --- the expected figures, from the scenario alone --------------------------------------------
+
+
+def card_of(s: Slice) -> Card:
+    return next(c for c in CARDS[s.tenant] if c.uuid == s.container.uuid)
+
+
+def hours(s: Slice) -> float:
+    return (s.end - s.start) / 60
+
+
+def share(s: Slice) -> float:
+    return max(s.container.mb / card_of(s).total_mb, s.container.cores / 100)
+
+
+def running(minute: int) -> list[Slice]:
+    return [s for s in SLICES if s.start <= minute < s.end]
+
+
+def totals(pairs) -> dict[tuple[str, ...], float]:
+    out: dict[tuple[str, ...], float] = defaultdict(float)
+    for key, value in pairs:
+        out[key] += value
+    return dict(out)
+
+
+def expected_panels() -> dict[str, list[dict[tuple[str, ...], float]]]:
+    """Per panel title, per query: {label values in `by` order: value}."""
+    now = running(MIDDLE)
+    cards = [(t, c) for t, cs in CARDS.items() for c in cs]
+    return {
+        "GPUs held, per tenant": [totals(((s.tenant,), share(s)) for s in now)],
+        "Memory allocated per card (MB)": [
+            totals(((s.tenant, s.container.uuid), s.container.mb) for s in now),
+            {(t, c.uuid): c.total_mb for t, c in cards},
+        ],
+        "Compute allocated per card (%)": [
+            totals(((s.tenant, s.container.uuid), s.container.cores) for s in now),
+            {(t, c.uuid): 100 for t, c in cards},
+        ],
+        "Pods sharing each card": [totals(((s.tenant, s.container.uuid), 1) for s in now)],
+        "Memory allocated per namespace (MB)": [
+            totals(((s.tenant, s.container.namespace), s.container.mb) for s in now)
+        ],
+        "GPU quota used and limit, per namespace": [
+            {(t, q.namespace, q.name): q.used for t, qs in QUOTAS.items() for q in qs},
+            {(t, q.namespace, q.name): q.limit for t, qs in QUOTAS.items() for q in qs},
+        ],
+        "GPU-hours over the range, per tenant and namespace": [
+            totals(((s.tenant, s.container.namespace), share(s) * hours(s)) for s in SLICES)
+        ],
+        "MB-hours and core-%-hours over the range, per tenant and card": [
+            totals(((s.tenant, s.container.uuid), s.container.mb * hours(s)) for s in SLICES),
+            totals(((s.tenant, s.container.uuid), s.container.cores * hours(s)) for s in SLICES),
+        ],
+    }
+
+
+def by_labels(expr: str) -> list[str]:
+    inner = expr.split("sum by (", 1)[1].split(")", 1)[0]
+    return [label.strip() for label in inner.split(",")]
+
+
+def result(ledger: Ledger, expr: str, at: float) -> dict[tuple[str, ...], float]:
+    labels = by_labels(expr)
+    return {
+        tuple(row["metric"].get(label, "") for label in labels): float(row["value"][1])
+        for row in ledger.prometheus.query(expr, at)
+    }
+
+
+def test_the_scenario_is_the_issues_example():
+    quarter_pods = [s for s in SLICES if s.container.namespace == "team-x"]
+    assert len(quarter_pods) == 4 and sum(share(s) * hours(s) for s in quarter_pods) == 1.0
+
+
+def test_every_dashboard_query_returns_the_expected_figures(ledger: Ledger):
+    expected = expected_panels()
+    queries = dashboard_queries()
+    assert sorted({title for title, _ in queries}) == sorted(expected)
+    window = f"{WINDOW_HOURS}h"
+    seen: dict[str, list] = defaultdict(list)
+    for title, expr in queries:
+        over_range = "$__range" in expr
+        at = ledger.window_end if over_range else ledger.at(MIDDLE)
+        seen[title].append(result(ledger, resolved(expr, window), at))
+    for title, figures in expected.items():
+        got = seen[title]
+        assert len(got) == len(figures), title
+        for one, want in zip(got, figures, strict=True):
+            assert one.keys() == want.keys(), (title, one, want)
+            for key, value in want.items():
+                assert one[key] == pytest.approx(value, rel=1e-9), (title, key, one[key], value)
+
+
+def test_pods_deleted_an_hour_and_a_half_ago_are_in_the_ledger_and_not_now(ledger: Ledger):
+    gpu_hours = dict(dashboard_queries())["GPU-hours over the range, per tenant and namespace"]
+    ledger_now = result(ledger, resolved(gpu_hours, f"{WINDOW_HOURS}h"), ledger.window_end)
+    assert ledger_now[("tenant-a", "team-x")] == pytest.approx(1.0, rel=1e-9)
+    held = dict(dashboard_queries())["GPUs held, per tenant"]
+    assert result(ledger, resolved(held, "1m"), ledger.window_end) == {}
+    # the window's last hour alone holds none of the quarter pods' hours
+    last_hour = result(ledger, resolved(gpu_hours, "1h"), ledger.window_end)
+    assert ("tenant-a", "team-x") not in last_hour
+
+
+def test_a_tenant_filter_keeps_only_that_tenants_figures(ledger: Ledger):
+    gpu_hours = dict(dashboard_queries())["GPU-hours over the range, per tenant and namespace"]
+    only_b = result(
+        ledger, resolved(gpu_hours, f"{WINDOW_HOURS}h", tenant="tenant-b"), ledger.window_end
+    )
+    assert only_b == {("tenant-b", "ml"): pytest.approx(0.15, rel=1e-9)}
