@@ -221,9 +221,15 @@ def reader_token(
         plane.kubectl("create", "rolebinding", account, "-n", proxy.namespace,
                       f"--role={account}", f"--serviceaccount={ns}:{account}")  # fmt: skip
         for name in allowed:
-            plane.wait_until_allowed("admin", "get", f"services/{name}", "--subresource=proxy",
-                                     "-n", proxy.namespace, f"--as={user}")  # fmt: skip
+            wait_may_proxy(plane, user, dataclasses.replace(proxy, service_id=name))
     return plane.kubectl("create", "token", account, "-n", ns, "--duration=2h").stdout.strip()
+
+
+def wait_may_proxy(plane: ControlPlane, user: str, proxy: ProxyPath) -> None:
+    """Until RBAC lets ``user`` through the proxy of that service id (RBAC decides from
+    informer caches, a moment after a binding is made)."""
+    what = ("get", f"services/{proxy.service_id}", "--subresource=proxy", "-n", proxy.namespace)
+    plane.wait_until_allowed("admin", *what, f"--as={user}")
 
 
 def write_secret_dir(directory: Path, plane: ControlPlane, token: str) -> Path:

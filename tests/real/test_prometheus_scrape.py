@@ -10,6 +10,7 @@ without the right to proxy that one Service is refused (403) and its target is d
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import dataclasses
 import json
@@ -24,41 +25,16 @@ from prometheus import (
     host_address,
     reader_token,
     serve_hami_metrics,
+    wait_may_proxy,
     write_secret_dir,
 )
 
+from builders.prometheus_scrape import READER, ScrapeTarget, hami_scrape_configs, reader_manifests
 from tests.support.hami_metrics import Card, Container, HamiMetricsServer, HamiState, samples
 
 INTERVAL = "2s"
 TARGET_LABELS = ("job", "instance", "tenant")
 
-# --- until builders/prometheus_scrape.py lands ---------------------------------------------
-HAMI_PROXY = "/api/v1/namespaces/hami-system/services/http:hami-scheduler:monitor/proxy/metrics"
-
-
-@dataclasses.dataclass(frozen=True)
-class ScrapeTarget:
-    tenant: str
-    api_host: str
-    secret_dir: str
-
-
-def hami_scrape_configs(targets: list[ScrapeTarget], interval: str) -> list[dict]:
-    return [
-        {
-            "job_name": f"hami-scheduler-{t.tenant}",
-            "scrape_interval": interval,
-            "scheme": "https",
-            "metrics_path": HAMI_PROXY,
-            "authorization": {"credentials_file": f"{t.secret_dir}/token"},
-            "tls_config": {"ca_file": f"{t.secret_dir}/ca.crt"},
-            "static_configs": [{"targets": [t.api_host], "labels": {"tenant": t.tenant}}],
-        }
-        for t in targets
-    ]
-
-
-# -------------------------------------------------------------------------------------------
 
 STATE_A = HamiState(
     cards=(Card("GPU-a0", "a-w1", 23034, index=0), Card("GPU-a1", "a-w1", 23034, index=1)),
@@ -94,6 +70,23 @@ def api_host(plane: ControlPlane) -> str:
     return plane.server.removeprefix("https://")
 
 
+def lab_reader_token(plane: ControlPlane, proxy: ProxyPath) -> str:
+    """The program's reader in the tenant (builders/prometheus_scrape.py) and its token: the one
+    its token Secret gets from the controller manager where it runs, else a TokenRequest."""
+    for manifest in reader_manifests(dra=False):
+        if manifest["kind"] != "Secret" or "kube-controller-manager" in plane.processes:
+            plane.kubectl("apply", "-f", "-", input=json.dumps(manifest))
+    # RBAC decides from informer caches: Prometheus's first scrape must not be refused.
+    wait_may_proxy(plane, f"system:serviceaccount:{proxy.namespace}:{READER}", proxy)
+    if "kube-controller-manager" not in plane.processes:
+        return plane.service_account_token(proxy.namespace, READER)
+    secret = plane.wait_for_object(
+        "secret", READER, "-n", proxy.namespace,
+        condition=lambda s: "token" in s.get("data", {}), what="the reader's token",
+    )  # fmt: skip
+    return base64.b64decode(secret["data"]["token"]).decode()
+
+
 def proxy_path(configs: list[dict]) -> ProxyPath:
     paths = {config["metrics_path"] for config in configs}
     assert len(paths) == 1, paths
@@ -107,8 +100,9 @@ def lab(start_control_plane, tmp_path_factory) -> Iterator[ScrapeLab]:
     with contextlib.ExitStack() as stack:
         tenants: dict[str, Tenant] = {}
         for name, state in (("tenant-a", STATE_A), ("tenant-b", STATE_B)):
-            # Two tenants, two API servers (etcd and kube-apiserver each; no controllers needed).
-            plane = start_control_plane(f"prom-{name}", full=False)
+            # Two tenants, two API servers; tenant-a's with the controller manager, which fills
+            # the reader's token Secret as in the lab, tenant-b's without (a TokenRequest).
+            plane = start_control_plane(f"prom-{name}", full=name == "tenant-a")
             hami = stack.enter_context(HamiMetricsServer(host, state))
             target = ScrapeTarget(name, api_host(plane), str(workdir / name))
             tenants[name] = Tenant(name, plane, hami, target)
@@ -116,7 +110,7 @@ def lab(start_control_plane, tmp_path_factory) -> Iterator[ScrapeLab]:
         proxy = proxy_path(configs)
         for tenant in tenants.values():
             serve_hami_metrics(tenant.plane, proxy, host, tenant.hami.port)
-            token = reader_token(tenant.plane, "prometheus", proxy, [proxy.service_id])
+            token = lab_reader_token(tenant.plane, proxy)
             write_secret_dir(Path(tenant.target.secret_dir), tenant.plane, token)
         config = {"global": {"scrape_interval": INTERVAL}, "scrape_configs": configs}
         prometheus = PrometheusServer.start(workdir / "prometheus", config)
@@ -167,7 +161,7 @@ def test_each_tenant_is_scraped_through_its_own_api_server_with_hamis_series(lab
     for tenant in lab.tenants.values():
         assert scraped(lab.prometheus, tenant.name) == served(tenant.hami.state)
         # Through the tenant's API server, as the ServiceAccount the token is of.
-        user = "system:serviceaccount:lab-monitoring:prometheus"
+        user = f"system:serviceaccount:{lab.proxy.namespace}:{READER}"
         codes = proxied_by(tenant.plane, user)
         assert codes and set(codes) == {200}, codes
     durations = {
