@@ -248,7 +248,7 @@ SeriesSamples = tuple[dict[str, str], list[tuple[float, float | None]]]
 
 def write_block(data_dir: Path, series: Sequence[SeriesSamples]) -> None:
     """The series into one TSDB block in ``data_dir`` (a stopped Prometheus's, or one it is
-    restarted on), staleness markers included (fact prometheus-backfill-no-staleness)."""
+    restarted on), staleness markers included (fact prometheus-staleness-markers)."""
     lines = [
         json.dumps({"labels": labels, "samples": [[round(t * 1000), v] for t, v in samples]})
         for labels, samples in series

@@ -172,6 +172,7 @@ def test_each_tenant_is_scraped_through_its_own_api_server_with_hamis_series(lab
     assert set(durations) == {"tenant-a", "tenant-b"}
 
 
+@pytest.mark.upstream("prometheus-staleness-markers")
 def test_a_pod_that_goes_away_is_gone_at_the_next_scrape_and_a_new_one_appears(lab: ScrapeLab):
     tenant = lab.tenants["tenant-a"]
     lab.prometheus.wait_for_scrapes(1)
