@@ -189,7 +189,7 @@ def test_a_pod_that_goes_away_is_gone_at_the_next_scrape_and_a_new_one_appears(l
         tenant.hami.state = STATE_A
 
 
-@pytest.mark.upstream("kube-service-proxy-rbac-names-the-whole-id")
+@pytest.mark.upstream("kube-apiserver-proxy-request-name")
 def test_a_token_without_the_right_to_proxy_that_service_gets_403_and_its_target_is_down(
     lab: ScrapeLab,
 ):
