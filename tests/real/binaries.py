@@ -33,7 +33,7 @@ import yaml
 WRAPPER_MODULE_PREFIX = "kamaji-hami-lab.local/real"
 GO_MISSING = (
     "no `go` on PATH: the real tier builds its programs from the Go module proxy"
-    " with Go >= 1.26.6.\n"
+    " with Go >= 1.26.7.\n"
     "Install it, e.g.: curl -fsSL https://go.dev/dl/go1.26.8.linux-amd64.tar.gz"
     " | sudo tar -C /usr/local -xz && export PATH=/usr/local/go/bin:$PATH"
 )
