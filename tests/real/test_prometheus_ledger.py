@@ -30,7 +30,7 @@ from builders.dashboard import dashboard_queries, resolved
 from builders.prometheus_scrape import ScrapeTarget, hami_scrape_configs
 from builders.slice_rules import rule_groups
 from labconfig.monitoring import MonitoringConfig
-from tests.support.hami_metrics import Card, Container, HamiState, Quota, samples
+from tests.support.hami_metrics import Card, Container, HamiState, Quota, dra_samples, samples
 
 MINUTE = 60
 SCRAPE = 30  # MonitoringConfig's default scrape_interval, checked below
@@ -52,7 +52,9 @@ class Slice:
 CARDS = {
     "tenant-a": (Card("GPU-a0", "a-w1", 20000, index=0), Card("GPU-a1", "a-w1", 20000, index=1)),
     "tenant-b": (Card("GPU-b0", "b-w1", 80000),),
+    "tenant-c": (Card("GPU-c0", "c-w1", 40000),),  # a DRA tenant: HAMi-DRA's monitor
 }
+DRA_TENANTS = {"tenant-c"}
 SLICES = (
     # Four pods of a quarter of a card each (memory and cores) for exactly an hour, deleted an
     # hour and a half before the end of the window: one GPU-hour.
@@ -64,6 +66,8 @@ SLICES = (
     Slice("tenant-a", Container("team-y", "big", 0, "a-w1", "GPU-a1", 10000, 10), 10, 130),
     # A quarter of the memory, 30 % of the compute, half an hour: 0.15 GPU-hours.
     Slice("tenant-b", Container("ml", "p1", 0, "b-w1", "GPU-b0", 20000, 30), 60, 90),
+    # A claim of a quarter of the memory and half the compute, an hour: 0.5 GPU-hours.
+    Slice("tenant-c", Container("dra-ns", "d0", 0, "c-w1", "GPU-c0", 10000, 50), 20, 80),
 )
 QUOTAS = {"tenant-a": (Quota("team-x", "nvidia.com/gpumem", 20000, 40000),)}
 MIDDLE = 60  # minutes into the window: every pod above is running
@@ -100,7 +104,8 @@ def scraped_past(
     }
     values: dict[tuple, dict[float, float]] = defaultdict(dict)
     for step in steps:
-        for name, labels, value in samples(state_at(tenant, (step - start) / MINUTE)):
+        exported = dra_samples if tenant in DRA_TENANTS else samples
+        for name, labels, value in exported(state_at(tenant, (step - start) / MINUTE)):
             key = tuple(sorted({**labels, **target, "__name__": name}.items()))
             values[key][step] = value
     return [(dict(key), with_staleness(steps, present)) for key, present in values.items()]
@@ -115,7 +120,10 @@ def ledger(tmp_path_factory) -> Iterator[Ledger]:
     end = (math.floor(time.time() / MINUTE) - 10) * MINUTE
     start = end - WINDOW_HOURS * 3600
     steps = [float(t) for t in range(int(start - LEAD_IN), int(end) + 1, SCRAPE)]
-    targets = [ScrapeTarget(t, f"{t}.lab.invalid:6443", f"/secrets/{t}") for t in CARDS]
+    targets = [
+        ScrapeTarget(t, f"{t}.lab.invalid:6443", f"/secrets/{t}", dra=t in DRA_TENANTS)
+        for t in CARDS
+    ]
     configs = hami_scrape_configs(targets, f"{SCRAPE}s")
     series = [
         s
@@ -210,6 +218,13 @@ def result(ledger: Ledger, expr: str, at: float) -> dict[tuple[str, ...], float]
         tuple(row["metric"].get(label, "") for label in labels): float(row["value"][1])
         for row in ledger.prometheus.query(expr, at)
     }
+
+
+@pytest.mark.upstream("hami-dra-monitor-exports-allocations")
+def test_a_dra_tenants_claims_count_as_a_hami_tenants_pods(ledger: Ledger):
+    gpu_hours = dict(dashboard_queries())["GPU-hours over the range, per tenant and namespace"]
+    only_c = resolved(gpu_hours, f"{WINDOW_HOURS}h", tenant="tenant-c")
+    assert result(ledger, only_c, ledger.window_end) == {("tenant-c", "dra-ns"): 0.5}
 
 
 def test_the_scenario_is_the_issues_example():

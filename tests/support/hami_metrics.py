@@ -149,6 +149,55 @@ def samples(state: HamiState) -> list[Sample]:
     return out
 
 
+# HAMi-DRA 0.2.2's monitor (chart 0.2.2, tree bf26feb): HAMi's legacy-style names, in MiB, its
+# own label names, no constant labels; a claim's allocation once per pod using it, no container.
+DRA_DEVICE_LABELS = (
+    "nodeid",
+    "deviceuuid",
+    "deviceidx",
+    "devicename",
+    "devicebrand",
+    "deviceproductname",
+)
+DRA_METRICS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "GPUDeviceMemoryLimit": ("Device memory limit for a certain GPU", DRA_DEVICE_LABELS),
+    "GPUDeviceCoreLimit": ("Device core limit for a certain GPU", DRA_DEVICE_LABELS),
+    "GPUDeviceMemoryAllocated": ("Device memory allocated for a certain GPU", DRA_DEVICE_LABELS),
+    "GPUDeviceCoreAllocated": ("Device core allocated for a certain GPU", DRA_DEVICE_LABELS),
+    "vGPUDeviceMemoryAllocated": (
+        "vGPU Device memory allocated for a container",
+        (*DRA_DEVICE_LABELS, "podnamespace", "podname"),
+    ),
+    "vGPUDeviceCoreAllocated": (
+        "vGPU Device core allocated for a container",
+        (*DRA_DEVICE_LABELS, "podnamespace", "podname"),
+    ),
+}
+
+
+def dra_samples(state: HamiState, product: str = "NVIDIA-L4") -> list[Sample]:
+    """What HAMi-DRA's monitor sends for ``state`` (its cards are a node's devices in its
+    ResourceSlices, ``index`` their position; its containers are claims' allocations, one per
+    pod using the claim; ``container_index`` has no counterpart)."""
+    out: list[Sample] = []
+
+    def send(name: str, value: float, device: Card, *more: str) -> None:
+        values = (device.node, device.uuid, str(device.index), f"gpu-{device.index}", "NVIDIA",
+                  product, *more)  # fmt: skip
+        out.append((name, dict(zip(DRA_METRICS[name][1], values, strict=True)), value))
+
+    for card in state.cards:
+        on_card = [c for c in state.containers if c.uuid == card.uuid and c.node == card.node]
+        send("GPUDeviceMemoryLimit", card.total_mb, card)
+        send("GPUDeviceCoreLimit", card.total_cores, card)
+        send("GPUDeviceMemoryAllocated", sum(c.mb for c in on_card), card)
+        send("GPUDeviceCoreAllocated", sum(c.cores for c in on_card), card)
+        for c in on_card:
+            send("vGPUDeviceCoreAllocated", c.cores, card, c.namespace, c.pod)
+            send("vGPUDeviceMemoryAllocated", c.mb, card, c.namespace, c.pod)
+    return out
+
+
 def go_float(value: float) -> str:
     """strconv.FormatFloat(value, 'g', -1, 64), as client_golang's text format writes a value:
     the shortest digits that read back the same, in %e form when the exponent is < -4 or >= 6."""

@@ -10,6 +10,7 @@ from tests.support.hami_metrics import (
     Card,
     Container,
     HamiMetricsServer,
+    dra_samples,
     exposition,
     go_float,
     state_of,
@@ -99,3 +100,20 @@ def test_the_server_renders_the_state_of_the_moment_of_each_scrape():
         with urllib.request.urlopen(url, timeout=5) as response:
             assert "hami_vgpu" not in response.read().decode()
         assert server.scrapes == 2
+
+
+@pytest.mark.upstream("hami-dra-monitor-exports-allocations")
+def test_hami_dra_monitor_series_are_in_mib_per_pod_with_its_own_label_names():
+    state = state_of(
+        [Card("GPU-c0", "c-w1", 40000)], [Container("ns", "d0", 0, "c-w1", "GPU-c0", 10000, 50)]
+    )
+    got = {(name, tuple(labels)): value for name, labels, value in dra_samples(state)}
+    device = ("nodeid", "deviceuuid", "deviceidx", "devicename", "devicebrand", "deviceproductname")
+    assert got == {
+        ("GPUDeviceMemoryLimit", device): 40000,
+        ("GPUDeviceCoreLimit", device): 100,
+        ("GPUDeviceMemoryAllocated", device): 10000,
+        ("GPUDeviceCoreAllocated", device): 50,
+        ("vGPUDeviceCoreAllocated", (*device, "podnamespace", "podname")): 50,
+        ("vGPUDeviceMemoryAllocated", (*device, "podnamespace", "podname")): 10000,
+    }
