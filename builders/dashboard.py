@@ -34,6 +34,7 @@ DATASOURCE_UID = "prometheus"
 DATASOURCE = DataSourceRef(type_val="prometheus", uid=DATASOURCE_UID)
 TENANTS = 'tenant=~"$tenant"'
 NAMESPACES = f'{TENANTS}, namespace=~"$namespace"'
+QUOTA_LABELS = "tenant, namespace, quota_name"
 
 
 @dataclass(frozen=True)
@@ -104,11 +105,11 @@ PANELS: tuple[Panel, ...] = (
         "none",
         (
             Query(
-                f"sum by (tenant, namespace, quota_name) (hami_resource_quota_used{{{NAMESPACES}}})",
+                f"sum by ({QUOTA_LABELS}) (hami_resource_quota_used{{{NAMESPACES}}})",
                 "{{tenant}}/{{namespace}} {{quota_name}} used",
             ),
             Query(
-                f"sum by (tenant, namespace, quota_name) (hami_resource_quota_limit{{{NAMESPACES}}})",
+                f"sum by ({QUOTA_LABELS}) (hami_resource_quota_limit{{{NAMESPACES}}})",
                 "{{tenant}}/{{namespace}} {{quota_name}} limit",
             ),
         ),

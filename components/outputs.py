@@ -57,5 +57,7 @@ def stack_outputs(cfg: LabConfig, lab: Lab) -> dict[str, Any]:
             "diskGB": footprint.disk_gb,
         },
         "labcheckSpec": lab.spec,
+        # The sharing dashboard (Grafana), when the stack has one.
+        "dashboardUrl": lab.monitoring.dashboard_url if lab.monitoring else None,
         "validationReports": lab.validation.report_dir if lab.validation else None,
     }

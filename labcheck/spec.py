@@ -222,6 +222,14 @@ class RegistryFiles(_Model):
     tenant_nodes: dict[str, dict[str, str]] = Field(default_factory=dict)
 
 
+class Monitoring(_Model):
+    """The lab's Prometheus: its HTTP API's path on the management cluster's API server."""
+
+    prometheus: str = Field(min_length=1)
+    scrape_interval: str = "30s"
+    jobs: dict[str, str] = Field(default_factory=dict)  # scrape job by tenant
+
+
 class Spec(_Model):
     stack: str = Field(min_length=1)
     management: Management
@@ -235,6 +243,7 @@ class Spec(_Model):
     registry_mirrors: dict[str, str] = Field(default_factory=dict)
     # With mirrors: what each node must hold (labcheck/checks/registries.py reads it there).
     registry_files: RegistryFiles | None = None
+    monitoring: Monitoring | None = None  # a stack with monitoring off has none
 
     @model_validator(mode="after")
     def _unique(self) -> Spec:

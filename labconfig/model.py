@@ -40,8 +40,8 @@ from labconfig.mirrors import (
     check_chart_sources,
     check_registry_mirrors,
 )
-from labconfig.preflight_checks import PREFLIGHT_CHECKS
 from labconfig.monitoring import MonitoringConfig
+from labconfig.preflight_checks import PREFLIGHT_CHECKS
 
 PROJECT = "kamaji-hami-lab"
 

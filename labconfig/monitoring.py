@@ -27,8 +27,8 @@ class MonitoringConfig(ConfigModel):
     volume_size: str = "8Gi"
     scrape_interval: str = "30s"
     grafana: bool = True  # the dashboard, on a MetalLB address the host reaches
-    prometheus_chart_version: str = "27.49.0"
-    grafana_chart_version: str = "10.1.4"
+    prometheus_chart_version: str = "29.27.0"
+    grafana_chart_version: str = "12.11.1"
 
     @field_validator("retention", "scrape_interval")
     @classmethod

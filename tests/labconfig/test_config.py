@@ -13,8 +13,8 @@ import yaml
 from pydantic import SecretStr
 
 from labconfig.mirrors import RegistryMirror
-from labconfig.monitoring import MonitoringConfig
 from labconfig.model import ConfigError, LabConfig, ProxyConfig
+from labconfig.monitoring import MonitoringConfig
 from labconfig.parse import parse_config
 from labconfig.stack import SECRET_KEYS, read_stack_config
 from tests.support.pulumi_harness import (

@@ -6,7 +6,7 @@
 
 ``serve_hami_metrics(plane, ...)`` makes a tenant's API server proxy HAMi's scheduler metrics
 Service to a stand-in on this host, as the lab's tenant proxies to HAMi's pod: a selector-less
-Service, its Endpoints, and the Pod they name (fact `kube-service-proxy-needs-a-pod-endpoint`:
+Service, its Endpoints, and the Pod they name (fact `kube-service-proxy-url`:
 the proxy reads Endpoints, and only to a pod's IP). ``host_address()`` is the address the
 stand-in listens on: the API server refuses loopback and link-local endpoints.
 """
@@ -53,7 +53,7 @@ def host_address() -> str:
     if not found:
         raise RuntimeError(
             "no IPv4 address other than loopback and link-local on this host: the API server's"
-            " service proxy refuses those (fact kube-service-proxy-needs-a-pod-endpoint). Add one,"
+            " service proxy refuses those (fact kube-service-proxy-url). Add one,"
             " e.g. as root: ip link add lab0 type dummy && ip addr add 192.0.2.10/32 dev lab0"
             " && ip link set lab0 up"
         )
@@ -248,7 +248,8 @@ SeriesSamples = tuple[dict[str, str], list[tuple[float, float | None]]]
 
 def write_block(data_dir: Path, series: Sequence[SeriesSamples]) -> None:
     """The series into one TSDB block in ``data_dir`` (a stopped Prometheus's, or one it is
-    restarted on), staleness markers included (fact prometheus-staleness-markers)."""
+    restarted on), staleness markers included (fact
+    promtool-backfill-writes-no-staleness-markers)."""
     lines = [
         json.dumps({"labels": labels, "samples": [[round(t * 1000), v] for t, v in samples]})
         for labels, samples in series

@@ -232,7 +232,9 @@ def test_the_scenario_is_the_issues_example():
     assert len(quarter_pods) == 4 and sum(share(s) * hours(s) for s in quarter_pods) == 1.0
 
 
-@pytest.mark.upstream("prometheus-staleness-markers")
+@pytest.mark.upstream(
+    "promtool-backfill-writes-no-staleness-markers", "prom-subquery-sum-over-time"
+)
 def test_every_dashboard_query_returns_the_expected_figures(ledger: Ledger):
     expected = expected_panels()
     queries = dashboard_queries()
@@ -252,7 +254,9 @@ def test_every_dashboard_query_returns_the_expected_figures(ledger: Ledger):
                 assert one[key] == pytest.approx(value, rel=1e-9), (title, key, one[key], value)
 
 
-@pytest.mark.upstream("prometheus-staleness-markers")
+@pytest.mark.upstream(
+    "promtool-backfill-writes-no-staleness-markers", "prom-subquery-sum-over-time"
+)
 def test_pods_deleted_an_hour_and_a_half_ago_are_in_the_ledger_and_not_now(ledger: Ledger):
     gpu_hours = dict(dashboard_queries())["GPU-hours over the range, per tenant and namespace"]
     ledger_now = result(ledger, resolved(gpu_hours, f"{WINDOW_HOURS}h"), ledger.window_end)

@@ -151,7 +151,7 @@ def proxied_by(plane: ControlPlane, user: str) -> list[int]:
     return codes
 
 
-@pytest.mark.upstream("hami-scheduler-metrics-v2.10", "kube-service-proxy-needs-a-pod-endpoint")
+@pytest.mark.upstream("hami-scheduler-metrics-v2.10", "kube-service-proxy-url")
 def test_each_tenant_is_scraped_through_its_own_api_server_with_hamis_series(lab: ScrapeLab):
     targets = lab.prometheus.wait_for_scrapes(2)
     assert sorted((t["labels"]["tenant"], t["health"], t["lastError"]) for t in targets) == [
@@ -172,7 +172,7 @@ def test_each_tenant_is_scraped_through_its_own_api_server_with_hamis_series(lab
     assert set(durations) == {"tenant-a", "tenant-b"}
 
 
-@pytest.mark.upstream("prometheus-staleness-markers")
+@pytest.mark.upstream("prom-staleness")
 def test_a_pod_that_goes_away_is_gone_at_the_next_scrape_and_a_new_one_appears(lab: ScrapeLab):
     tenant = lab.tenants["tenant-a"]
     lab.prometheus.wait_for_scrapes(1)
@@ -189,7 +189,7 @@ def test_a_pod_that_goes_away_is_gone_at_the_next_scrape_and_a_new_one_appears(l
         tenant.hami.state = STATE_A
 
 
-@pytest.mark.upstream("kube-apiserver-proxy-request-name")
+@pytest.mark.upstream("kube-service-proxy-rbac")
 def test_a_token_without_the_right_to_proxy_that_service_gets_403_and_its_target_is_down(
     lab: ScrapeLab,
 ):
