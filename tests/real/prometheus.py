@@ -4,7 +4,7 @@
     server.query("up")                                     # the result list of /api/v1/query
     server.stop()                                          # by its PID
 
-``serve_hami_metrics(plane, ...)`` makes a tenant's API server proxy HAMi's scheduler metrics
+``serve_behind_service(plane, ...)`` makes a tenant's API server proxy HAMi's scheduler metrics
 Service to a stand-in on this host, as the lab's tenant proxies to HAMi's pod: a selector-less
 Service, its Endpoints, and the Pod they name (fact `kube-service-proxy-url`:
 the proxy reads Endpoints, and only to a pod's IP). ``host_address()`` is the address the
@@ -69,11 +69,15 @@ class PrometheusServer:
 
     @classmethod
     def start(
-        cls, workdir: Path, config: dict[str, Any], extra_args: Sequence[str] = ()
+        cls,
+        workdir: Path,
+        config: dict[str, Any],
+        extra_args: Sequence[str] = (),
+        host: str = "127.0.0.1",
     ) -> PrometheusServer:
         workdir.mkdir(parents=True, exist_ok=True)
         (workdir / "prometheus.yml").write_text(yaml.safe_dump(config, sort_keys=False))
-        address = f"127.0.0.1:{free_port()}"
+        address = f"{host}:{free_port()}"
         args = [
             str(bin_path("prometheus")),
             f"--config.file={workdir / 'prometheus.yml'}",
@@ -171,8 +175,11 @@ class ProxyPath:
         return pieces[-1] if len(pieces) > 1 else ""
 
 
-def serve_hami_metrics(plane: ControlPlane, proxy: ProxyPath, host: str, port: int) -> None:
-    """HAMi's scheduler Service in the tenant, its endpoint the stand-in at host:port."""
+def serve_behind_service(
+    plane: ControlPlane, proxy: ProxyPath, host: str, port: int, pod: str = "hami-scheduler"
+) -> None:
+    """The Service ``proxy`` names, in the plane, its one endpoint ``host:port`` (a program of
+    the test on this host), as the lab's cluster has it in front of the pod that serves."""
     ns, name = proxy.namespace, proxy.service
 
     def apply(body: dict[str, Any]) -> None:
@@ -182,24 +189,29 @@ def serve_hami_metrics(plane: ControlPlane, proxy: ProxyPath, host: str, port: i
     # A plane without the controller manager has no `default` ServiceAccount to admit a pod.
     apply({"apiVersion": "v1", "kind": "ServiceAccount",
            "metadata": {"name": "default", "namespace": ns}})  # fmt: skip
-    pod = "hami-scheduler-stand-in"
+    pod_name = f"{pod}-stand-in"
     apply({
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod, "namespace": ns},
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod_name, "namespace": ns},
         # No scheduler of that name: the pod is never bound, and nobody else writes its status.
         "spec": {"schedulerName": "no-scheduler", "containers": [{"name": "s", "image": "x"}]},
     })  # fmt: skip
     status = {"status": {"podIP": host, "podIPs": [{"ip": host}]}}
-    plane.kubectl("patch", "pod", pod, "-n", ns, "--subresource=status", "--type=merge",
+    plane.kubectl("patch", "pod", pod_name, "-n", ns, "--subresource=status", "--type=merge",
                   "-p", json.dumps(status))  # fmt: skip
-    port_name = proxy.port_name or "monitor"
+    # The id's port is the Service port's name, or its number (the API server finds the name).
+    number = proxy.port_name.isdigit()
+    port_name = "http" if number or not proxy.port_name else proxy.port_name
+    service_port = int(proxy.port_name) if number else 31993
     apply({
         "apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": ns},
-        "spec": {"ports": [{"name": port_name, "port": 31993, "targetPort": 9395}]},
+        "spec": {"ports": [{"name": port_name, "port": service_port, "targetPort": port}]},
     })  # fmt: skip
     apply({
         "apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": name, "namespace": ns},
         "subsets": [{
-            "addresses": [{"ip": host, "targetRef": {"kind": "Pod", "namespace": ns, "name": pod}}],
+            "addresses": [
+                {"ip": host, "targetRef": {"kind": "Pod", "namespace": ns, "name": pod_name}}
+            ],
             "ports": [{"name": port_name, "port": port}],
         }],
     })  # fmt: skip

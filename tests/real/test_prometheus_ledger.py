@@ -24,13 +24,29 @@ from collections.abc import Iterator
 import pytest
 import yaml
 from binaries import bin_path
-from prometheus import PrometheusServer, SeriesSamples, backfill_rules, with_staleness, write_block
+from controlplane import admin_conf
+from prometheus import (
+    PrometheusServer,
+    ProxyPath,
+    SeriesSamples,
+    backfill_rules,
+    host_address,
+    serve_behind_service,
+    with_staleness,
+    write_block,
+)
 
 from builders.dashboard import dashboard_queries, resolved
+from builders.labcheck_spec import monitoring_spec
 from builders.prometheus_scrape import ScrapeTarget, hami_scrape_configs
 from builders.slice_rules import rule_groups
+from capacity.ledger import ledger_csv, read_ledger
+from labcheck.kube import KubeCluster
+from labcheck.prometheus import Prometheus
 from labconfig.monitoring import MonitoringConfig
+from labconfig.parse import parse_config
 from tests.support.hami_metrics import Card, Container, HamiState, Quota, dra_samples, samples
+from tests.support.pulumi_harness import lab_stack_config
 
 MINUTE = 60
 SCRAPE = 30  # MonitoringConfig's default scrape_interval, checked below
@@ -140,7 +156,8 @@ def ledger(tmp_path_factory) -> Iterator[Ledger]:
         "global": {"evaluation_interval": f"{SCRAPE}s"},
         "rule_files": [str(workdir / "rules.yml")],
     }
-    prometheus = PrometheusServer.start(workdir, config)
+    # On an address of the host: `capacity --ledger` reads it through an API server's proxy.
+    prometheus = PrometheusServer.start(workdir, config, host=host_address())
     try:
         rules = [rule for group in groups for rule in group["rules"]]
         backfill_rules(prometheus, rules, steps)
@@ -274,3 +291,28 @@ def test_a_tenant_filter_keeps_only_that_tenants_figures(ledger: Ledger):
         ledger, resolved(gpu_hours, f"{WINDOW_HOURS}h", tenant="tenant-b"), ledger.window_end
     )
     assert only_b == {("tenant-b", "ml"): pytest.approx(0.15, rel=1e-9)}
+
+
+def test_capacity_ledger_reads_the_same_figures_through_the_management_api_server(
+    ledger: Ledger, start_control_plane
+):
+    """`capacity --ledger`'s reading (capacity/ledger.py) through a real kube-apiserver's service
+    proxy at the path the program gives it: a row per tenant, namespace and card, gone pods in."""
+    path = monitoring_spec(parse_config(lab_stack_config()))["prometheus"]
+    plane = start_control_plane("prom-management", full=False)
+    host, port = ledger.prometheus.url.removeprefix("http://").rsplit(":", 1)
+    serve_behind_service(plane, ProxyPath.parse(f"{path}/"), host, int(port), pod="prometheus")
+    management = KubeCluster(admin_conf(plane), "management", timeout=10)
+    window = f"{WINDOW_HOURS * 3600}s"
+    got = read_ledger(Prometheus(management, path), window, ledger.window_end)
+    rows = {(r.tenant, r.namespace, r.card): r for r in got.rows}
+    keys = {(s.tenant, s.container.namespace, s.container.uuid) for s in SLICES}
+    assert set(rows) == keys
+    for key in keys:
+        mine = [s for s in SLICES if (s.tenant, s.container.namespace, s.container.uuid) == key]
+        row = rows[key]
+        assert row.pods == len({s.container.pod for s in mine}), key
+        assert row.mb_hours == pytest.approx(sum(s.container.mb * hours(s) for s in mine))
+        assert row.core_hours == pytest.approx(sum(s.container.cores * hours(s) for s in mine))
+        assert row.gpu_hours == pytest.approx(sum(share(s) * hours(s) for s in mine))
+    assert "tenant-a,team-x,GPU-a0,20000.0,100.0,1.0,4" in ledger_csv(got)

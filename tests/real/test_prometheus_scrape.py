@@ -24,7 +24,7 @@ from prometheus import (
     ProxyPath,
     host_address,
     reader_token,
-    serve_hami_metrics,
+    serve_behind_service,
     wait_may_proxy,
     write_secret_dir,
 )
@@ -109,7 +109,7 @@ def lab(start_control_plane, tmp_path_factory) -> Iterator[ScrapeLab]:
         configs = hami_scrape_configs([t.target for t in tenants.values()], INTERVAL)
         proxy = proxy_path(configs)
         for tenant in tenants.values():
-            serve_hami_metrics(tenant.plane, proxy, host, tenant.hami.port)
+            serve_behind_service(tenant.plane, proxy, host, tenant.hami.port)
             token = lab_reader_token(tenant.plane, proxy)
             write_secret_dir(Path(tenant.target.secret_dir), tenant.plane, token)
         config = {"global": {"scrape_interval": INTERVAL}, "scrape_configs": configs}
