@@ -30,7 +30,7 @@ from typing import Any
 
 import yaml
 from binaries import bin_path
-from controlplane import ControlPlane, Process, free_port, wait_until
+from controlplane import ControlPlane, Process, _require_binaries, free_port, wait_until
 
 SIOCGIFADDR = 0x8915  # linux/sockios.h
 
@@ -75,6 +75,7 @@ class PrometheusServer:
         extra_args: Sequence[str] = (),
         host: str = "127.0.0.1",
     ) -> PrometheusServer:
+        _require_binaries([bin_path("prometheus"), bin_path("promtool"), bin_path("tsdb-blocks")])
         workdir.mkdir(parents=True, exist_ok=True)
         (workdir / "prometheus.yml").write_text(yaml.safe_dump(config, sort_keys=False))
         address = f"{host}:{free_port()}"
