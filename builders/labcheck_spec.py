@@ -14,6 +14,7 @@ from builders.monitoring_values import NAMESPACE as MONITORING_NAMESPACE
 from builders.monitoring_values import PROMETHEUS_SERVICE
 from builders.prometheus_scrape import job_name
 from builders.registry_mirrors import holds_credentials, registry_files
+from builders.slice_rules import SLICE_CORES, SLICE_MEMORY, ledger_queries
 from labconfig.addresses import NetworkPlan
 from labconfig.model import LabConfig, kind_node_container
 
@@ -78,11 +79,13 @@ def monitoring_spec(cfg: LabConfig) -> dict[str, Any]:
     service proxy (no address or port-forward of its own), and how often it scrapes."""
     return {
         "prometheus": (
-            f"/api/v1/namespaces/{MONITORING_NAMESPACE}/services/"
-            f"http:{PROMETHEUS_SERVICE}:80/proxy"
+            f"/api/v1/namespaces/{MONITORING_NAMESPACE}/services/http:{PROMETHEUS_SERVICE}:80/proxy"
         ),
         "scrapeInterval": cfg.monitoring.scrape_interval,
         "jobs": {t.name: job_name(t.name) for t in cfg.tenants},
+        # The ledger's columns over Grafana's `$__range`: the host tools hold no PromQL.
+        "ledger": ledger_queries(),
+        "slices": {"memory": SLICE_MEMORY, "cores": SLICE_CORES},
     }
 
 

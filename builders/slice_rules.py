@@ -120,3 +120,19 @@ def slice_hours_expr(series: str, by: str, window: str) -> str:
     return (
         f"sum by ({by}) (sum_over_time({series}[{window}:{INTEGRAL_STEP_SECONDS}s])) / {per_hour}"
     )
+
+
+LEDGER_BY = "tenant, namespace, card"
+WINDOW = "$__range"  # Grafana's name for the chosen range; the ledger puts its window there
+
+
+def ledger_queries() -> dict[str, str]:
+    """The ledger's columns, each by tenant, namespace and card over WINDOW."""
+    return {
+        "mb_hours": slice_hours_expr(SLICE_MEMORY, LEDGER_BY, WINDOW),
+        "core_hours": slice_hours_expr(SLICE_CORES, LEDGER_BY, WINDOW),
+        "gpu_hours": slice_hours_expr(SLICE_SHARE, LEDGER_BY, WINDOW),
+        # Pods that held a slice of the card at any sample of the window.
+        "pods": f"count by ({LEDGER_BY}) (count by ({LEDGER_BY}, pod) "
+        f"(count_over_time({SLICE_MEMORY}[{WINDOW}])))",
+    }

@@ -219,7 +219,9 @@ def _ledger(
         )
         return EXIT_USAGE
     management = factory(spec.management.kubeconfig, "management")
-    ledger = read_ledger(Prometheus(management, spec.monitoring.prometheus), f"{window}s", now)
+    prometheus = Prometheus(management, spec.monitoring.prometheus)
+    span = f"{window}s"
+    ledger = read_ledger(prometheus, spec.monitoring.over(span), span, now)
     out.write("\n".join(ledger_table(ledger)) + "\n")
     if report_dir:
         report_dir.mkdir(parents=True, exist_ok=True)

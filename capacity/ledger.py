@@ -15,23 +15,9 @@ import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
-from builders.slice_rules import SLICE_CORES, SLICE_MEMORY, SLICE_SHARE, slice_hours_expr
 from labcheck.prometheus import Prometheus, Sample
 
-BY = "tenant, namespace, card"
 KEYS = ("tenant", "namespace", "card")
-
-
-def ledger_queries(window: str) -> dict[str, str]:
-    """PromQL per ledger column, each by tenant, namespace and card, over `window`."""
-    return {
-        "mb_hours": slice_hours_expr(SLICE_MEMORY, BY, window),
-        "core_hours": slice_hours_expr(SLICE_CORES, BY, window),
-        "gpu_hours": slice_hours_expr(SLICE_SHARE, BY, window),
-        # Pods that held a slice of the card at any sample of the window.
-        "pods": f"count by ({BY}) (count by ({BY}, pod) "
-        f"(count_over_time({SLICE_MEMORY}[{window}])))",
-    }
 
 
 @dataclass
@@ -49,6 +35,7 @@ class LedgerRow:
 class Ledger:
     window: str
     until: float  # Unix seconds: the window ends here
+    queries: dict[str, str]  # what Prometheus was asked, per column
     rows: list[LedgerRow] = field(default_factory=list)
 
     def totals(self, key: str) -> dict[str, float]:
@@ -70,12 +57,12 @@ def ledger_rows(answers: Mapping[str, list[Sample]]) -> list[LedgerRow]:
     return [rows[k] for k in sorted(rows)]
 
 
-def read_ledger(prometheus: Prometheus, window: str, until: float) -> Ledger:
-    answers = {
-        column: prometheus.instant(expr, at=until)
-        for column, expr in ledger_queries(window).items()
-    }
-    return Ledger(window, until, ledger_rows(answers))
+def read_ledger(
+    prometheus: Prometheus, queries: Mapping[str, str], window: str, until: float
+) -> Ledger:
+    """`queries`: PromQL per column over `window` (the spec's, Monitoring.over)."""
+    answers = {column: prometheus.instant(expr, at=until) for column, expr in queries.items()}
+    return Ledger(window, until, dict(queries), ledger_rows(answers))
 
 
 def ledger_table(ledger: Ledger) -> list[str]:
@@ -112,7 +99,7 @@ def ledger_json(ledger: Ledger) -> str:
         {
             "window": ledger.window,
             "until": ledger.until,
-            "queries": ledger_queries(ledger.window),
+            "queries": ledger.queries,
             "rows": [asdict(r) for r in ledger.rows],
             "gpuHoursByTenant": ledger.totals("gpu_hours"),
         },

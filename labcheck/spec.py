@@ -228,6 +228,13 @@ class Monitoring(_Model):
     prometheus: str = Field(min_length=1)
     scrape_interval: str = "30s"
     jobs: dict[str, str] = Field(default_factory=dict)  # scrape job by tenant
+    # PromQL per ledger column, over `$__range` (builders/slice_rules.py ledger_queries).
+    ledger: dict[str, str] = Field(default_factory=dict)
+    slices: dict[str, str] = Field(default_factory=dict)  # `memory`, `cores`: the lab: series
+
+    def over(self, window: str) -> dict[str, str]:
+        """The ledger's queries over `window` (a Prometheus duration)."""
+        return {column: q.replace("$__range", window) for column, q in self.ledger.items()}
 
 
 class Spec(_Model):

@@ -42,6 +42,7 @@ from builders.slice_rules import (
     SLICE_CORES,
     SLICE_MEMORY,
     SLICE_SHARE,
+    ledger_queries,
     recording_rules,
     rule_groups,
     slice_hours_expr,
@@ -257,3 +258,19 @@ def test_a_query_resolves_as_grafana_sends_it():
     assert resolved(query, "2h", tenant="tenant-a") == (
         'sum by (tenant) (sum_over_time(lab:slice_gpu_share{tenant=~"tenant-a"}[2h:60s])) / 60'
     )
+
+
+def test_the_ledger_columns_integrate_the_lab_series_over_the_chosen_window():
+    queries = ledger_queries()
+    assert queries["gpu_hours"] == slice_hours_expr(
+        SLICE_SHARE, "tenant, namespace, card", "$__range"
+    )
+    assert queries["mb_hours"] == slice_hours_expr(
+        SLICE_MEMORY, "tenant, namespace, card", "$__range"
+    )
+    assert queries["core_hours"] == slice_hours_expr(
+        SLICE_CORES, "tenant, namespace, card", "$__range"
+    )
+    assert "count_over_time(lab:slice_memory_mb[$__range])" in queries["pods"]
+    for query in queries.values():
+        promql_parser.parse(resolved(query, "86400s"))

@@ -14,7 +14,6 @@ from pathlib import Path
 
 from builders.labcheck_spec import monitoring_spec
 from capacity.cli import main
-from capacity.ledger import ledger_queries
 from labcheck.runner import SignalGuard
 from labcheck.spec import parse_spec
 from labconfig.parse import parse_config
@@ -22,6 +21,12 @@ from tests.capacity.hami_fake import capacity_lab
 from tests.support.pulumi_harness import lab_stack_config
 
 NOW = 1_796_000_000.0
+
+
+def ledger_queries(window: str) -> dict[str, str]:
+    return parse_spec(json.dumps(_lab_with_prometheus().spec)).monitoring.over(window)
+
+
 CARD = "GPU-a100-0"
 
 
