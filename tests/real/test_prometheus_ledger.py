@@ -43,6 +43,7 @@ from builders.slice_rules import rule_groups
 from capacity.ledger import ledger_csv, read_ledger
 from labcheck.kube import KubeCluster
 from labcheck.prometheus import Prometheus
+from labcheck.spec import Monitoring
 from labconfig.monitoring import MonitoringConfig
 from labconfig.parse import parse_config
 from tests.support.hami_metrics import Card, Container, HamiState, Quota, dra_samples, samples
@@ -298,13 +299,15 @@ def test_capacity_ledger_reads_the_same_figures_through_the_management_api_serve
 ):
     """`capacity --ledger`'s reading (capacity/ledger.py) through a real kube-apiserver's service
     proxy at the path the program gives it: a row per tenant, namespace and card, gone pods in."""
-    path = monitoring_spec(parse_config(lab_stack_config()))["prometheus"]
+    # What the program puts in the stack's spec, read as `capacity --ledger` reads it.
+    spec = Monitoring.model_validate(monitoring_spec(parse_config(lab_stack_config())))
+    path = spec.prometheus
     plane = start_control_plane("prom-management", full=False)
     host, port = ledger.prometheus.url.removeprefix("http://").rsplit(":", 1)
     serve_behind_service(plane, ProxyPath.parse(f"{path}/"), host, int(port), pod="prometheus")
     management = KubeCluster(admin_conf(plane), "management", timeout=10)
     window = f"{WINDOW_HOURS * 3600}s"
-    got = read_ledger(Prometheus(management, path), window, ledger.window_end)
+    got = read_ledger(Prometheus(management, path), spec.over(window), window, ledger.window_end)
     rows = {(r.tenant, r.namespace, r.card): r for r in got.rows}
     keys = {(s.tenant, s.container.namespace, s.container.uuid) for s in SLICES}
     assert set(rows) == keys
