@@ -32,7 +32,7 @@ import yaml
 from binaries import bin_path
 from controlplane import ControlPlane, Process, _require_binaries, free_port, wait_until
 
-SIOCGIFADDR = 0x8915  # linux/sockios.h
+SIOCGIFFLAGS, SIOCGIFADDR, IFF_UP = 0x8913, 0x8915, 0x1  # linux/sockios.h, linux/if.h
 
 
 def host_address() -> str:
@@ -41,14 +41,17 @@ def host_address() -> str:
     found = []
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         for _, name in socket.if_nameindex():
+            request = struct.pack("256s", name[:15].encode())
             try:
-                packed = fcntl.ioctl(
-                    sock.fileno(), SIOCGIFADDR, struct.pack("256s", name[:15].encode())
+                flags = struct.unpack_from(
+                    "H", fcntl.ioctl(sock.fileno(), SIOCGIFFLAGS, request), 16
                 )
+                packed = fcntl.ioctl(sock.fileno(), SIOCGIFADDR, request)
             except OSError:  # no IPv4 address on it
                 continue
             address = ipaddress.ip_address(packed[20:24])
-            if not (address.is_loopback or address.is_link_local or address.is_unspecified):
+            usable = not (address.is_loopback or address.is_link_local or address.is_unspecified)
+            if flags[0] & IFF_UP and usable:  # a down interface's address is not local
                 found.append(str(address))
     if not found:
         raise RuntimeError(
