@@ -218,3 +218,24 @@ def test_a_token_without_the_right_to_proxy_that_service_gets_403_and_its_target
     for account in ("no-role", "name-only"):
         assert health[account][0] == "down"
         assert "403" in health[account][1], health[account]
+
+
+@pytest.mark.upstream("prom-scrape-auth-tls-fields")
+def test_prometheus_reads_the_token_file_at_every_scrape(lab: ScrapeLab):
+    """A rotated token (the tenant's Secret updated in the mounted folder) is used at the next
+    scrape, without a reload: an invalid one makes the target down (401), the good one up."""
+    token = Path(lab.tenants["tenant-b"].target.secret_dir) / "token"
+    good = token.read_text()
+
+    def health() -> dict[str, tuple[str, str]]:
+        targets = lab.prometheus.wait_for_scrapes(2)
+        return {t["labels"]["tenant"]: (t["health"], t["lastError"]) for t in targets}
+
+    try:
+        token.write_text("not-a-token")
+        refused = health()
+    finally:
+        token.write_text(good)
+    assert refused["tenant-b"][0] == "down" and "401" in refused["tenant-b"][1], refused
+    assert refused["tenant-a"] == ("up", "")
+    assert health()["tenant-b"] == ("up", "")
