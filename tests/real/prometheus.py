@@ -271,8 +271,11 @@ def write_block(data_dir: Path, series: Sequence[SeriesSamples]) -> None:
         for labels, samples in series
     ]
     data_dir.mkdir(parents=True, exist_ok=True)
-    subprocess.run([str(bin_path("tsdb-blocks")), str(data_dir)], input="\n".join(lines) + "\n",
-                   check=True, capture_output=True, text=True)  # fmt: skip
+    command = [str(bin_path("tsdb-blocks")), str(data_dir)]
+    text = "\n".join(lines) + "\n"
+    result = subprocess.run(command, input=text, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"tsdb-blocks failed: {result.stderr}")
 
 
 def with_staleness(
@@ -315,6 +318,7 @@ def backfill_rules(
     batch: list[SeriesSamples] = []
     pending: set[str] = set()
     for rule in rules:
+        assert set(rule) == {"record", "expr"}, rule  # no labels: not played here
         if any(re.search(rf"\b{re.escape(record)}\b", rule["expr"]) for record in pending):
             _load(prometheus, batch)
             batch, pending = [], set()
