@@ -395,9 +395,11 @@ def build_lab(cfg: LabConfig, stack: str) -> Lab:
         for t in cfg.tenants
     }
     spec = spec_output(cfg, plan, stack, management, tenants)
-    validation = _validation(cfg, stack, spec, management, tenants) if cfg.validate_lab else None
     monitoring = (
         _monitoring(cfg, plan, management, platform, tenants) if cfg.monitoring.enabled else None
+    )
+    validation = (
+        _validation(cfg, stack, spec, management, tenants, monitoring) if cfg.validate_lab else None
     )
     return Lab(plan, network, management, metallb, kamaji, tenants, spec, validation, monitoring)
 
@@ -472,8 +474,11 @@ def _validation(
     spec: pulumi.Output[str],
     management: Management,
     tenants: dict[str, TenantParts],
+    monitoring: Monitoring | None = None,
 ) -> Validation:
+    # labcheck's monitoring checks read Prometheus: it runs once Prometheus is installed.
     last_steps = [step for parts in tenants.values() for step in parts.last_steps]
+    last_steps += [monitoring] if monitoring else []
     # Re-run on any config change (secrets are masked in the dump), on a new management
     # cluster, whenever a worker joined anew, and when a tenant's chart changes.
     triggers: list[Any] = [config_fingerprint(cfg), management.identity]
