@@ -258,10 +258,18 @@ def _metrics_reader(
     return MetricsReader(
         f"{tenant.name}-metrics-reader",
         MetricsReaderArgs(
-            dra=tenant.gpu_sharing == "dra", provider=control_plane.provider, depends_on=[chart]
+            dra=tenant.gpu_sharing == "dra",
+            provider=control_plane.provider,
+            depends_on=[chart],
+            vgpu_monitor=_has_vgpu_monitor(tenant),
         ),
         opts,
     )
+
+
+def _has_vgpu_monitor(tenant: TenantConfig) -> bool:
+    """HAMi's device plugin, and its vGPU monitor, run on real and NVML cards only."""
+    return tenant.gpu_sharing == "hami" and tenant.gpu_mode in ("real", "nvml-mock")
 
 
 def _monitoring(
@@ -278,6 +286,7 @@ def _monitoring(
             api_host=f"{plan.tenant_addresses[name]}:{API_PORT}",
             secret_dir=secret_dir(name),
             dra=by_name[name].gpu_sharing == "dra",
+            vgpu_monitor=_has_vgpu_monitor(by_name[name]),
         )
         for name in tenants
     ]
