@@ -23,7 +23,9 @@ from builders.slice_rules import (
     CARD_CORES,
     CARD_MEMORY,
     CARD_SLICES,
+    MIB,
     SLICE_CORES,
+    SLICE_IDLE_SHARE,
     SLICE_MEMORY,
     SLICE_SHARE,
     slice_hours_expr,
@@ -35,6 +37,11 @@ DATASOURCE = DataSourceRef(type_val="prometheus", uid=DATASOURCE_UID)
 TENANTS = 'tenant=~"$tenant"'
 NAMESPACES = f'{TENANTS}, namespace=~"$namespace"'
 QUOTA_LABELS = "tenant, namespace, quota_name"
+
+
+def _renamed(metric: str, matchers: str) -> str:
+    """HAMi's per-container series with its `device_uuid` as the lab's `card`."""
+    return f'label_replace({metric}{{{matchers}}}, "card", "$1", "device_uuid", "(.+)")'
 
 
 @dataclass(frozen=True)
@@ -115,12 +122,36 @@ PANELS: tuple[Panel, ...] = (
         ),
     ),
     Panel(
+        "Memory used against allocated, real cards (MB)",
+        "HAMi's vGPU monitor: what the containers use of their slices (only on real or NVML "
+        "cards; a simulated tenant has no use to show).",
+        "decmbytes",
+        (
+            Query(
+                f"sum by (tenant, card) ({_renamed('hami_vgpu_memory_used_bytes', TENANTS)})"
+                f" / {MIB}",
+                "{{tenant}} {{card}} used",
+            ),
+            Query(
+                f"sum by (tenant, card) ({SLICE_MEMORY}{{{TENANTS}}})",
+                "{{tenant}} {{card}} allocated",
+            ),
+        ),
+    ),
+    Panel(
         "GPU-hours over the range, per tenant and namespace",
-        "Slice-hours of the pods of the range, also those gone since.",
+        "Slice-hours of the pods of the range, also those gone since; idle: held by containers "
+        "that ran no kernel for 5 minutes (real cards).",
         "none",
         (
             Query(
                 slice_hours_expr(f"{SLICE_SHARE}{{{NAMESPACES}}}", "tenant, namespace", "$__range"),
+                "",
+            ),
+            Query(
+                slice_hours_expr(
+                    f"{SLICE_IDLE_SHARE}{{{NAMESPACES}}}", "tenant, namespace", "$__range"
+                ),
                 "",
             ),
         ),

@@ -21,6 +21,11 @@ HAMI_METRICS = ("kube-system", "http:hami-scheduler:monitor")
 HAMI_DRA_METRICS = ("hami-dra", "http:hami-dra-monitor:metrics")
 
 READER = "lab-metrics-reader"
+# HAMi's device plugin pods carry the vGPU monitor (usage on real cards) on 9394 (fact
+# hami-chart-device-plugin-monitor-service): read per pod, as the Service would pick one.
+DEVICE_PLUGIN_NAMESPACE = "kube-system"
+DEVICE_PLUGIN_SELECTOR = "app.kubernetes.io/component=hami-device-plugin"
+VGPU_MONITOR_PORT = 9394
 # Where the tenant's token Secret is mounted in the Prometheus server, one folder per tenant.
 SECRET_MOUNT_ROOT = "/etc/lab-tenants"
 
@@ -31,6 +36,7 @@ class ScrapeTarget:
     api_host: str  # host:port of the tenant's API server, as Prometheus reaches it
     secret_dir: str  # holds the tenant's `ca.crt` and the reader's `token`
     dra: bool = False  # a HAMi-DRA tenant: its monitor, not HAMi's scheduler
+    vgpu_monitor: bool = False  # real or NVML cards: HAMi's vGPU monitor on each GPU node
 
 
 def metrics_service(dra: bool) -> tuple[str, str]:
@@ -59,21 +65,68 @@ def hami_scrape_configs(targets: Sequence[ScrapeTarget], interval: str) -> list[
     that a target label would clash with, so `honor_labels` stays off and `tenant` is a
     target label: a series cannot forge another tenant's name.
     """
-    return [
-        {
-            "job_name": job_name(t.tenant),
-            "scrape_interval": interval,
-            "scheme": "https",
-            "metrics_path": proxy_path(t.dra),
-            "authorization": {"type": "Bearer", "credentials_file": f"{t.secret_dir}/token"},
-            "tls_config": {"ca_file": f"{t.secret_dir}/ca.crt"},
-            "static_configs": [{"targets": [t.api_host], "labels": {"tenant": t.tenant}}],
-        }
-        for t in targets
-    ]
+    jobs = []
+    for t in targets:
+        jobs.append(
+            {
+                "job_name": job_name(t.tenant),
+                "scrape_interval": interval,
+                "scheme": "https",
+                "metrics_path": proxy_path(t.dra),
+                **_credentials(t),
+                "static_configs": [{"targets": [t.api_host], "labels": {"tenant": t.tenant}}],
+            }
+        )
+        if t.vgpu_monitor:
+            jobs.append(vgpu_monitor_scrape_config(t, interval))
+    return jobs
 
 
-def reader_manifests(dra: bool) -> list[dict[str, Any]]:
+def _credentials(target: ScrapeTarget) -> dict[str, Any]:
+    return {
+        "authorization": {"type": "Bearer", "credentials_file": f"{target.secret_dir}/token"},
+        "tls_config": {"ca_file": f"{target.secret_dir}/ca.crt"},
+    }
+
+
+def vgpu_monitor_scrape_config(target: ScrapeTarget, interval: str) -> dict[str, Any]:
+    """The vGPU monitor of every device plugin pod, found through the tenant's API server
+    (Prometheus's pod discovery) and read through its pod proxy: one target per GPU node."""
+    pods = f"/api/v1/namespaces/{DEVICE_PLUGIN_NAMESPACE}/pods"
+    pod_proxy = f"{pods}/${{1}}:{VGPU_MONITOR_PORT}/proxy/metrics"
+    return {
+        "job_name": f"{job_name(target.tenant)}-vgpu-monitor",
+        "scrape_interval": interval,
+        "scheme": "https",
+        **_credentials(target),
+        "kubernetes_sd_configs": [
+            {
+                "role": "pod",
+                "api_server": f"https://{target.api_host}",
+                "namespaces": {"names": [DEVICE_PLUGIN_NAMESPACE]},
+                "selectors": [{"role": "pod", "label": DEVICE_PLUGIN_SELECTOR}],
+                **_credentials(target),
+            }
+        ],
+        "relabel_configs": [
+            {
+                "source_labels": ["__meta_kubernetes_pod_container_port_number"],
+                "regex": str(VGPU_MONITOR_PORT),
+                "action": "keep",
+            },
+            {"target_label": "__address__", "replacement": target.api_host},
+            {
+                "source_labels": ["__meta_kubernetes_pod_name"],
+                "target_label": "__metrics_path__",
+                "replacement": pod_proxy,
+            },
+            {"source_labels": ["__meta_kubernetes_pod_node_name"], "target_label": "instance"},
+            {"target_label": "tenant", "replacement": target.tenant},
+        ],
+    }
+
+
+def reader_manifests(dra: bool, vgpu_monitor: bool = False) -> list[dict[str, Any]]:
     """The tenant-side reader: a ServiceAccount that may `get` the metrics service's proxy and
     nothing else, and a token Secret the tenant's controller fills (a long-lived token: a
     projected one would expire while Prometheus holds a copy)."""
@@ -93,7 +146,16 @@ def reader_manifests(dra: bool) -> list[dict[str, Any]]:
                     "resources": ["services/proxy"],
                     "resourceNames": [service],
                     "verbs": ["get"],
-                }
+                },
+                # The vGPU monitor's pods change names: their list, and their proxy.
+                *(
+                    [
+                        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},
+                        {"apiGroups": [""], "resources": ["pods/proxy"], "verbs": ["get"]},
+                    ]
+                    if vgpu_monitor
+                    else []
+                ),
             ],
         },
         {

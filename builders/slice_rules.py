@@ -33,6 +33,10 @@ SLICE_SHARE = "lab:slice_gpu_share"
 CARD_MEMORY = "lab:card_memory_mb"
 CARD_CORES = "lab:card_cores_percent"
 CARD_SLICES = "lab:card_slices"
+SLICE_IDLE_SHARE = "lab:slice_idle_gpu_share"
+# A container that ran no kernel on its card for this long holds its slice idle (real cards:
+# HAMi's vGPU monitor, `hami_container_last_kernel_elapsed_seconds`).
+IDLE_SECONDS = 300
 
 
 def _renamed(metric: str, renames: dict[str, str]) -> str:
@@ -102,6 +106,16 @@ def recording_rules() -> list[dict[str, str]]:
                 ")"
             ),
         },
+        # Slices whose container ran no kernel for IDLE_SECONDS: only where a vGPU monitor runs.
+        {
+            "record": SLICE_IDLE_SHARE,
+            "expr": (
+                f"{SLICE_SHARE}\nand on (tenant, namespace, pod, card) (\n"
+                "  max by (tenant, namespace, pod, card) ("
+                f"{_renamed('hami_container_last_kernel_elapsed_seconds', HAMI_SLICE)})"
+                f" > {IDLE_SECONDS}\n)"
+            ),
+        },
         # Pods sharing each card: the lab's count, the same for HAMi and DRA (HAMi's own
         # hami_gpu_shared_count counts slots, not pods).
         {"record": CARD_SLICES, "expr": f"count by ({CARD_LABELS}) ({SLICE_MEMORY})"},
@@ -132,6 +146,7 @@ def ledger_queries() -> dict[str, str]:
         "mb_hours": slice_hours_expr(SLICE_MEMORY, LEDGER_BY, WINDOW),
         "core_hours": slice_hours_expr(SLICE_CORES, LEDGER_BY, WINDOW),
         "gpu_hours": slice_hours_expr(SLICE_SHARE, LEDGER_BY, WINDOW),
+        "idle_gpu_hours": slice_hours_expr(SLICE_IDLE_SHARE, LEDGER_BY, WINDOW),
         # Pods that held a slice of the card at any sample of the window.
         "pods": f"count by ({LEDGER_BY}) (count by ({LEDGER_BY}, pod) "
         f"(count_over_time({SLICE_MEMORY}[{WINDOW}])))",

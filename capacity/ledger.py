@@ -28,6 +28,8 @@ class LedgerRow:
     mb_hours: float = 0.0
     core_hours: float = 0.0  # 100 = one whole card's compute for an hour
     gpu_hours: float = 0.0
+    # Of those, held by containers that ran no kernel for 5 minutes (real cards only).
+    idle_gpu_hours: float = 0.0
     pods: int = 0
 
 
@@ -67,7 +69,7 @@ def read_ledger(
 
 def ledger_table(ledger: Ledger) -> list[str]:
     head = f"{'tenant':<14} {'namespace':<18} {'card':<40} {'pods':>4} {'MB·h':>12} "
-    head += f"{'core-%·h':>10} {'GPU·h':>8}"
+    head += f"{'core-%·h':>10} {'GPU·h':>8} {'idle GPU·h':>10}"
     lines = [f"slice-hours over the last {ledger.window} (from the lab's Prometheus)", head]
     if ledger.window.endswith("s") and ledger.window[:-1].isdigit():
         hours = int(ledger.window[:-1]) / 3600
@@ -75,7 +77,7 @@ def ledger_table(ledger: Ledger) -> list[str]:
     for r in ledger.rows:
         lines.append(
             f"{r.tenant:<14} {r.namespace:<18} {r.card:<40} {r.pods:>4} {r.mb_hours:>12.1f} "
-            f"{r.core_hours:>10.1f} {r.gpu_hours:>8.3f}"
+            f"{r.core_hours:>10.1f} {r.gpu_hours:>8.3f} {r.idle_gpu_hours:>10.3f}"
         )
     if not ledger.rows:
         lines.append("(no slice was held in the window)")

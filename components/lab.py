@@ -258,10 +258,18 @@ def _metrics_reader(
     return MetricsReader(
         f"{tenant.name}-metrics-reader",
         MetricsReaderArgs(
-            dra=tenant.gpu_sharing == "dra", provider=control_plane.provider, depends_on=[chart]
+            dra=tenant.gpu_sharing == "dra",
+            provider=control_plane.provider,
+            depends_on=[chart],
+            vgpu_monitor=_has_vgpu_monitor(tenant),
         ),
         opts,
     )
+
+
+def _has_vgpu_monitor(tenant: TenantConfig) -> bool:
+    """HAMi's device plugin, and its vGPU monitor, run on real and NVML cards only."""
+    return tenant.gpu_sharing == "hami" and tenant.gpu_mode in ("real", "nvml-mock")
 
 
 def _monitoring(
@@ -278,6 +286,7 @@ def _monitoring(
             api_host=f"{plan.tenant_addresses[name]}:{API_PORT}",
             secret_dir=secret_dir(name),
             dra=by_name[name].gpu_sharing == "dra",
+            vgpu_monitor=_has_vgpu_monitor(by_name[name]),
         )
         for name in tenants
     ]
@@ -395,9 +404,11 @@ def build_lab(cfg: LabConfig, stack: str) -> Lab:
         for t in cfg.tenants
     }
     spec = spec_output(cfg, plan, stack, management, tenants)
-    validation = _validation(cfg, stack, spec, management, tenants) if cfg.validate_lab else None
     monitoring = (
         _monitoring(cfg, plan, management, platform, tenants) if cfg.monitoring.enabled else None
+    )
+    validation = (
+        _validation(cfg, stack, spec, management, tenants, monitoring) if cfg.validate_lab else None
     )
     return Lab(plan, network, management, metallb, kamaji, tenants, spec, validation, monitoring)
 
@@ -472,8 +483,11 @@ def _validation(
     spec: pulumi.Output[str],
     management: Management,
     tenants: dict[str, TenantParts],
+    monitoring: Monitoring | None = None,
 ) -> Validation:
+    # labcheck's monitoring checks read Prometheus: it runs once Prometheus is installed.
     last_steps = [step for parts in tenants.values() for step in parts.last_steps]
+    last_steps += [monitoring] if monitoring else []
     # Re-run on any config change (secrets are masked in the dump), on a new management
     # cluster, whenever a worker joined anew, and when a tenant's chart changes.
     triggers: list[Any] = [config_fingerprint(cfg), management.identity]

@@ -15,6 +15,7 @@ class MetricsReaderArgs:
     dra: bool  # a HAMi-DRA tenant: its monitor's service, in its namespace
     provider: k8s.Provider
     depends_on: list[pulumi.Resource]  # the chart that makes the service and its namespace
+    vgpu_monitor: bool = False  # real or NVML cards: also HAMi's vGPU monitor pods
 
 
 def reader_credentials(data: dict[str, str] | None) -> dict[str, str]:
@@ -43,7 +44,7 @@ class MetricsReader(pulumi.ComponentResource):
         on_tenant = pulumi.ResourceOptions(
             parent=self, provider=args.provider, depends_on=args.depends_on
         )
-        account, role, binding, token = reader_manifests(args.dra)
+        account, role, binding, token = reader_manifests(args.dra, args.vgpu_monitor)
         self.account = k8s.core.v1.ServiceAccount(
             f"{name}-account", metadata=account["metadata"], opts=on_tenant
         )

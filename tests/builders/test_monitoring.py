@@ -134,10 +134,12 @@ def test_the_rules_read_hamis_and_hami_dras_names_and_give_one_shape():
         promql_parser.parse(rule["expr"])
     records = [r["record"] for r in rules]
     inputs = set().union(*(_metric_names(r["expr"]) for r in rules)) - set(records)
-    assert inputs == HAMI_INPUTS | DRA_INPUTS
+    monitor = {"hami_container_last_kernel_elapsed_seconds"}  # the vGPU monitor's, real cards
+    assert inputs == HAMI_INPUTS | DRA_INPUTS | monitor
     # Each rule reads only what the exporters give or what an earlier rule recorded.
     for index, rule in enumerate(rules):
-        assert _metric_names(rule["expr"]) - HAMI_INPUTS - DRA_INPUTS <= set(records[:index])
+        given = HAMI_INPUTS | DRA_INPUTS | monitor
+        assert _metric_names(rule["expr"]) - given <= set(records[:index])
     by_record = {r["record"]: r["expr"] for r in rules}
     # HAMi's bytes become MB (HAMi's MB are MiB); HAMi-DRA's are MiB already.
     assert "hami_vgpu_memory_allocated_bytes" in by_record[SLICE_MEMORY]
@@ -274,3 +276,48 @@ def test_the_ledger_columns_integrate_the_lab_series_over_the_chosen_window():
     assert "count_over_time(lab:slice_memory_mb[$__range])" in queries["pods"]
     for query in queries.values():
         promql_parser.parse(resolved(query, "86400s"))
+
+
+@pytest.mark.upstream("hami-chart-device-plugin-monitor-service", "hami-vgpumonitor-metrics")
+def test_real_cards_add_the_vgpu_monitor_of_each_gpu_node_through_the_pod_proxy():
+    target = ScrapeTarget(
+        "tenant-gpu", "10.0.0.5:6443", secret_dir("tenant-gpu"), vgpu_monitor=True
+    )
+    scheduler, monitor = hami_scrape_configs([target], "30s")
+    assert scheduler["job_name"] == "tenant-tenant-gpu"
+    assert monitor["job_name"] == "tenant-tenant-gpu-vgpu-monitor"
+    (sd,) = monitor["kubernetes_sd_configs"]
+    assert (sd["role"], sd["api_server"], sd["namespaces"]) == (
+        "pod",
+        "https://10.0.0.5:6443",
+        {"names": ["kube-system"]},
+    )
+    assert sd["selectors"] == [
+        {"role": "pod", "label": "app.kubernetes.io/component=hami-device-plugin"}
+    ]
+    # Discovery and scrape both as the tenant's reader, to the tenant's API server.
+    for where in (sd, monitor):
+        assert where["authorization"]["credentials_file"] == "/etc/lab-tenants/tenant-gpu/token"
+        assert where["tls_config"]["ca_file"] == "/etc/lab-tenants/tenant-gpu/ca.crt"
+    relabel = {r.get("target_label", "keep"): r for r in monitor["relabel_configs"]}
+    assert relabel["keep"]["regex"] == "9394"
+    assert relabel["__address__"]["replacement"] == "10.0.0.5:6443"
+    assert relabel["__metrics_path__"]["replacement"] == (
+        "/api/v1/namespaces/kube-system/pods/${1}:9394/proxy/metrics"
+    )
+    assert relabel["tenant"]["replacement"] == "tenant-gpu"
+    # The reader may list the pods and proxy to them only where a monitor runs.
+    rules = reader_manifests(dra=False, vgpu_monitor=True)[1]["rules"]
+    assert {"apiGroups": [""], "resources": ["pods/proxy"], "verbs": ["get"]} in rules
+    assert {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]} in rules
+    assert len(reader_manifests(dra=False)[1]["rules"]) == 1
+    assert len(hami_scrape_configs([TARGETS[0]], "30s")) == 1  # simulated: no monitor
+
+
+def test_an_idle_slice_is_one_whose_container_ran_no_kernel_for_five_minutes():
+    (idle,) = [r for r in recording_rules() if r["record"] == "lab:slice_idle_gpu_share"]
+    assert idle["expr"].startswith(f"{SLICE_SHARE}\nand on (tenant, namespace, pod, card)")
+    assert ") > 300" in idle["expr"]
+    assert ledger_queries()["idle_gpu_hours"] == slice_hours_expr(
+        "lab:slice_idle_gpu_share", "tenant, namespace, card", "$__range"
+    )

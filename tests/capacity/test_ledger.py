@@ -85,6 +85,7 @@ def test_the_ledger_asks_prometheus_through_the_management_api_and_writes_its_re
             "mb_hours": "160000.0",
             "core_hours": "200.0",
             "gpu_hours": "2.0",
+            "idle_gpu_hours": "0.0",  # simulated cards: no vGPU monitor, no idle figure
             "pods": "4",
         }
     ]
@@ -109,7 +110,7 @@ def test_rows_of_every_tenant_namespace_and_card_and_totals_per_tenant(tmp_path)
     assert code == 0
     assert "tenant-a: 0.750 GPU-hours" in out and "tenant-b: 1.500 GPU-hours" in out
     lines = [line.split() for line in out.splitlines()]
-    assert ["tenant-b", "ml", "GPU-l4-0", "0", "1000.0", "0.0", "1.500"] in lines
+    assert ["tenant-b", "ml", "GPU-l4-0", "0", "1000.0", "0.0", "1.500", "0.000"] in lines
 
 
 def test_a_refused_query_or_a_stack_without_prometheus_is_said_plainly(tmp_path):

@@ -11,6 +11,7 @@ import pytest
 
 from components.tenant.metrics_reader import reader_credentials
 from tests.support.pulumi_harness import (
+    FAKE_KUBECONFIG,
     FAKE_READER_TOKEN_DATA,
     ProgramRun,
     lab_stack_config,
@@ -139,3 +140,18 @@ def test_an_unfilled_token_secret_stops_the_update_naming_it():
     for data in (None, {}, {"token": "dG9rZW4="}, {"ca.crt": "Y2E=", "token": ""}):
         with pytest.raises(ValueError, match="lab-metrics-reader token Secret has no"):
             reader_credentials(data)
+
+
+def test_the_gpu_stack_reads_each_gpu_hosts_vgpu_monitor_too():
+    """Real cards: the device plugin's vGPU monitor (use, idle), not in a simulated tenant."""
+    secrets = {
+        "sshPrivateKey": "-----BEGIN KEY-----\nfake\n",
+        "managementKubeconfig": FAKE_KUBECONFIG,
+    }
+    run = run_program({**stack_config("gpu"), **secrets}, stack="gpu")
+    jobs = run.named("monitoring-prometheus").inputs["values"]["scrapeConfigs"]
+    monitors = sorted(name for name in jobs if name.endswith("-vgpu-monitor"))
+    assert monitors and all(jobs[m]["kubernetes_sd_configs"] for m in monitors)
+    lab = run_program(LAB)
+    lab_jobs = lab.named("monitoring-prometheus").inputs["values"]["scrapeConfigs"]
+    assert not [name for name in lab_jobs if name.endswith("-vgpu-monitor")]
