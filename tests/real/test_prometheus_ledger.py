@@ -38,7 +38,7 @@ from prometheus import (
 
 from builders.dashboard import dashboard_queries, resolved
 from builders.labcheck_spec import monitoring_spec
-from builders.prometheus_scrape import ScrapeTarget, hami_scrape_configs
+from builders.prometheus_scrape import ScrapeTarget, hami_scrape_configs, job_name
 from builders.slice_rules import rule_groups
 from capacity.ledger import ledger_csv, read_ledger
 from labcheck.kube import KubeCluster
@@ -46,7 +46,16 @@ from labcheck.prometheus import Prometheus
 from labcheck.spec import Monitoring
 from labconfig.monitoring import MonitoringConfig
 from labconfig.parse import parse_config
-from tests.support.hami_metrics import Card, Container, HamiState, Quota, dra_samples, samples
+from tests.support.hami_metrics import (
+    Card,
+    Container,
+    HamiState,
+    Quota,
+    Use,
+    dra_samples,
+    samples,
+    vgpu_monitor_samples,
+)
 from tests.support.pulumi_harness import lab_stack_config
 
 MINUTE = 60
@@ -86,6 +95,30 @@ SLICES = (
     # A claim of a quarter of the memory and half the compute, an hour: 0.5 GPU-hours.
     Slice("tenant-c", Container("dra-ns", "d0", 0, "c-w1", "GPU-c0", 10000, 50), 20, 80),
 )
+# The vGPU monitor on tenant-a's GPU node (real cards): team-y/big uses 8000 of its 10000 MB,
+# runs kernels until minute 70, none after (idle for the rest of its life: 0.5 GPU-hours).
+IDLE_FROM = 70
+VGPU_MONITOR_TENANTS = {"tenant-a": "a-w1"}
+
+
+def uses_at(tenant: str, minute: float) -> list[Use]:
+    big = [s for s in SLICES if s.container.pod == "big" and s.tenant == tenant]
+    return [
+        Use(
+            "team-y",
+            "big",
+            "main",
+            0,
+            "GPU-a1",
+            8000,
+            10000,
+            1000.0 if minute >= IDLE_FROM else 5.0,
+        )
+        for s in big
+        if s.start <= minute < s.end
+    ]
+
+
 QUOTAS = {"tenant-a": (Quota("team-x", "nvidia.com/gpumem", 20000, 40000),)}
 MIDDLE = 60  # minutes into the window: every pod above is running
 
@@ -125,6 +158,14 @@ def scraped_past(
         for name, labels, value in exported(state_at(tenant, (step - start) / MINUTE)):
             key = tuple(sorted({**labels, **target, "__name__": name}.items()))
             values[key][step] = value
+        if tenant in VGPU_MONITOR_TENANTS:  # the vGPU monitor job: instance is the node
+            monitor = {"job": f"{target['job']}-vgpu-monitor", "tenant": tenant,
+                       "instance": VGPU_MONITOR_TENANTS[tenant]}  # fmt: skip
+            for name, labels, value in vgpu_monitor_samples(
+                uses_at(tenant, (step - start) / MINUTE)
+            ):
+                key = tuple(sorted({**labels, **monitor, "__name__": name}.items()))
+                values[key][step] = value
     return [(dict(key), with_staleness(steps, present)) for key, present in values.items()]
 
 
@@ -138,14 +179,19 @@ def ledger(tmp_path_factory) -> Iterator[Ledger]:
     start = end - WINDOW_HOURS * 3600
     steps = [float(t) for t in range(int(start - LEAD_IN), int(end) + 1, SCRAPE)]
     targets = [
-        ScrapeTarget(t, f"{t}.lab.invalid:6443", f"/secrets/{t}", dra=t in DRA_TENANTS)
+        ScrapeTarget(
+            t,
+            f"{t}.lab.invalid:6443",
+            f"/secrets/{t}",
+            dra=t in DRA_TENANTS,
+            vgpu_monitor=t in VGPU_MONITOR_TENANTS,
+        )
         for t in CARDS
     ]
-    configs = hami_scrape_configs(targets, f"{SCRAPE}s")
+    jobs = {config["job_name"]: config for config in hami_scrape_configs(targets, f"{SCRAPE}s")}
+    assert f"{job_name('tenant-a')}-vgpu-monitor" in jobs  # the vGPU monitor's job, per node
     series = [
-        s
-        for config, target in zip(configs, targets, strict=True)
-        for s in scraped_past(config, target.tenant, steps, start)
+        s for t in targets for s in scraped_past(jobs[job_name(t.tenant)], t.tenant, steps, start)
     ]
     write_block(workdir / "data", series)
     groups = rule_groups(f"{SCRAPE}s")
@@ -215,8 +261,22 @@ def expected_panels() -> dict[str, list[dict[tuple[str, ...], float]]]:
             {(t, q.namespace, q.name): q.used for t, qs in QUOTAS.items() for q in qs},
             {(t, q.namespace, q.name): q.limit for t, qs in QUOTAS.items() for q in qs},
         ],
+        "Memory used against allocated, real cards (MB)": [
+            totals(
+                ((t, u.uuid), u.used_mb) for t in VGPU_MONITOR_TENANTS for u in uses_at(t, MIDDLE)
+            ),
+            totals(((s.tenant, s.container.uuid), s.container.mb) for s in now),
+        ],
         "GPU-hours over the range, per tenant and namespace": [
-            totals(((s.tenant, s.container.namespace), share(s) * hours(s)) for s in SLICES)
+            totals(((s.tenant, s.container.namespace), share(s) * hours(s)) for s in SLICES),
+            totals(
+                (
+                    (s.tenant, s.container.namespace),
+                    share(s) * (s.end - max(s.start, IDLE_FROM)) / 60,
+                )
+                for s in SLICES
+                if s.container.pod == "big" and s.end > IDLE_FROM
+            ),
         ],
         "MB-hours and core-%-hours over the range, per tenant and card": [
             totals(((s.tenant, s.container.uuid), s.container.mb * hours(s)) for s in SLICES),
@@ -230,6 +290,11 @@ def by_labels(expr: str) -> list[str]:
     return [label.strip() for label in inner.split(",")]
 
 
+def panel_query(title: str) -> str:
+    """The first query of the panel titled so."""
+    return next(expr for t, expr in dashboard_queries() if t == title)
+
+
 def result(ledger: Ledger, expr: str, at: float) -> dict[tuple[str, ...], float]:
     labels = by_labels(expr)
     return {
@@ -240,7 +305,7 @@ def result(ledger: Ledger, expr: str, at: float) -> dict[tuple[str, ...], float]
 
 @pytest.mark.upstream("hami-dra-monitor-exports-allocations")
 def test_a_dra_tenants_claims_count_as_a_hami_tenants_pods(ledger: Ledger):
-    gpu_hours = dict(dashboard_queries())["GPU-hours over the range, per tenant and namespace"]
+    gpu_hours = panel_query("GPU-hours over the range, per tenant and namespace")
     only_c = resolved(gpu_hours, f"{WINDOW_HOURS}h", tenant="tenant-c")
     assert result(ledger, only_c, ledger.window_end) == {("tenant-c", "dra-ns"): 0.5}
 
@@ -276,10 +341,10 @@ def test_every_dashboard_query_returns_the_expected_figures(ledger: Ledger):
     "promtool-backfill-writes-no-staleness-markers", "prom-subquery-sum-over-time"
 )
 def test_pods_deleted_an_hour_and_a_half_ago_are_in_the_ledger_and_not_now(ledger: Ledger):
-    gpu_hours = dict(dashboard_queries())["GPU-hours over the range, per tenant and namespace"]
+    gpu_hours = panel_query("GPU-hours over the range, per tenant and namespace")
     ledger_now = result(ledger, resolved(gpu_hours, f"{WINDOW_HOURS}h"), ledger.window_end)
     assert ledger_now[("tenant-a", "team-x")] == pytest.approx(1.0, rel=1e-9)
-    held = dict(dashboard_queries())["GPUs held, per tenant"]
+    held = panel_query("GPUs held, per tenant")
     assert result(ledger, resolved(held, "1m"), ledger.window_end) == {}
     # the window's last hour alone holds none of the quarter pods' hours
     last_hour = result(ledger, resolved(gpu_hours, "1h"), ledger.window_end)
@@ -287,7 +352,7 @@ def test_pods_deleted_an_hour_and_a_half_ago_are_in_the_ledger_and_not_now(ledge
 
 
 def test_a_tenant_filter_keeps_only_that_tenants_figures(ledger: Ledger):
-    gpu_hours = dict(dashboard_queries())["GPU-hours over the range, per tenant and namespace"]
+    gpu_hours = panel_query("GPU-hours over the range, per tenant and namespace")
     only_b = result(
         ledger, resolved(gpu_hours, f"{WINDOW_HOURS}h", tenant="tenant-b"), ledger.window_end
     )
@@ -318,4 +383,8 @@ def test_capacity_ledger_reads_the_same_figures_through_the_management_api_serve
         assert row.mb_hours == pytest.approx(sum(s.container.mb * hours(s) for s in mine))
         assert row.core_hours == pytest.approx(sum(s.container.cores * hours(s) for s in mine))
         assert row.gpu_hours == pytest.approx(sum(share(s) * hours(s) for s in mine))
-    assert "tenant-a,team-x,GPU-a0,20000.0,100.0,1.0,4" in ledger_csv(got)
+        idle = sum(share(s) * (s.end - max(s.start, IDLE_FROM)) / 60
+                   for s in mine if s.container.pod == "big")  # fmt: skip
+        assert row.idle_gpu_hours == pytest.approx(idle)
+    assert "tenant-a,team-x,GPU-a0,20000.0,100.0,1.0,0.0,4" in ledger_csv(got)
+    assert "tenant-a,team-y,GPU-a1,20000.0,20.0,1.0,0.5,1" in ledger_csv(got)

@@ -21,8 +21,9 @@ from __future__ import annotations
 import dataclasses
 import http.server
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from decimal import Decimal
+from typing import Any
 
 MIB = 1024 * 1024
 ZONE = ("zone", "vGPU")  # NewClusterManager("vGPU", ...) wraps every collector series with it
@@ -198,6 +199,45 @@ def dra_samples(state: HamiState, product: str = "NVIDIA-L4") -> list[Sample]:
     return out
 
 
+# HAMi v2.10.0's vGPU monitor (device plugin pods, :9394; cmd/vGPUmonitor/metrics.go:76-101):
+# what the containers use of their slices, from HAMi-core's shared region (real cards only).
+# The subset the lab reads; the monitor's other families are not played.
+VGPU_LABELS = ("namespace", "pod", "container", "vdevice_index", "device_uuid")
+VGPU_METRICS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "hami_vgpu_memory_used_bytes": ("vGPU device memory usage in bytes", VGPU_LABELS),
+    "hami_vgpu_memory_limit_bytes": ("vGPU device memory limit in bytes", VGPU_LABELS),
+    "hami_container_last_kernel_elapsed_seconds": (
+        "Seconds since last kernel execution in container",
+        VGPU_LABELS,
+    ),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Use:
+    """A container's use of its slice of a card, as the vGPU monitor on its node reads it."""
+
+    namespace: str
+    pod: str
+    container: str
+    vdevice_index: int
+    uuid: str
+    used_mb: int
+    limit_mb: int
+    idle_seconds: float  # since the container's last kernel
+
+
+def vgpu_monitor_samples(uses: Iterable[Use]) -> list[Sample]:
+    out: list[Sample] = []
+    for u in uses:
+        labels = dict(zip(VGPU_LABELS, (u.namespace, u.pod, u.container, str(u.vdevice_index),
+                                        u.uuid), strict=True))  # fmt: skip
+        out.append(("hami_vgpu_memory_used_bytes", labels, u.used_mb * MIB))
+        out.append(("hami_vgpu_memory_limit_bytes", dict(labels), u.limit_mb * MIB))
+        out.append(("hami_container_last_kernel_elapsed_seconds", dict(labels), u.idle_seconds))
+    return out
+
+
 def go_float(value: float) -> str:
     """strconv.FormatFloat(value, 'g', -1, 64), as client_golang's text format writes a value:
     the shortest digits that read back the same, in %e form when the exponent is < -4 or >= 6."""
@@ -219,29 +259,43 @@ def _escape(value: str) -> str:
 
 
 def exposition(state: HamiState, build_info: bool = True) -> str:
-    """The text format 0.0.4 body of one scrape."""
+    """The text format 0.0.4 body of one scrape of HAMi's scheduler."""
+    helps = {name: text for name, (text, _) in METRICS.items()}
+    extra = [("hami_build_info", dict(BUILD_INFO), 1.0)] if build_info else []
+    helps["hami_build_info"] = "hami build metadata exposed as labels with a constant value of 1."
+    return render([*samples(state), *extra], helps)
+
+
+def vgpu_monitor_exposition(uses: Iterable[Use]) -> str:
+    """The vGPU monitor's body (its families the lab reads)."""
+    helps = {name: text for name, (text, _) in VGPU_METRICS.items()}
+    return render(vgpu_monitor_samples(uses), helps)
+
+
+def render(all_samples: Iterable[Sample], helps: dict[str, str]) -> str:
+    """client_golang's text format: families by name, each a gauge, series by label values."""
     families: dict[str, list[tuple[dict[str, str], float]]] = {}
-    for name, labels, value in samples(state):
+    for name, labels, value in all_samples:
         families.setdefault(name, []).append((labels, value))
     lines: list[str] = []
-    if build_info:
-        families["hami_build_info"] = [(dict(BUILD_INFO), 1)]
     for name in sorted(families):
-        help_text = (
-            METRICS[name][0]
-            if name in METRICS
-            else "hami build metadata exposed as labels with a constant value of 1."
-        )
-        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge"]
+        lines += [f"# HELP {name} {helps[name]}", f"# TYPE {name} gauge"]
         rows = sorted(families[name], key=lambda row: [row[0][k] for k in sorted(row[0])])
         lines += [f"{name}{{{_labels(labels)}}} {go_float(value)}" for labels, value in rows]
     return "\n".join(lines) + "\n"
 
 
 class HamiMetricsServer:
-    """HAMi's scheduler metrics endpoint: GET /metrics renders ``state`` at that moment."""
+    """HAMi's scheduler metrics endpoint: GET /metrics renders ``state`` at that moment (with
+    ``exposed=vgpu_monitor_exposition`` and a list of ``Use``: the vGPU monitor's)."""
 
-    def __init__(self, host: str, state: HamiState) -> None:
+    def __init__(
+        self,
+        host: str,
+        state: Any,
+        port: int = 0,
+        exposed: Callable[[Any], str] = exposition,
+    ) -> None:
         self.state = state
         self.scrapes = 0
         server = self
@@ -251,7 +305,7 @@ class HamiMetricsServer:
                 if self.path.split("?")[0] != "/metrics":
                     self.send_error(404)
                     return
-                body = exposition(server.state).encode()
+                body = exposed(server.state).encode()
                 server.scrapes += 1
                 self.send_response(200)
                 self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
@@ -262,7 +316,7 @@ class HamiMetricsServer:
             def log_message(self, format: str, *args: object) -> None:
                 pass
 
-        self._httpd = http.server.ThreadingHTTPServer((host, 0), Handler)
+        self._httpd = http.server.ThreadingHTTPServer((host, port), Handler)
         self.host, self.port = host, self._httpd.server_address[1]
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
 
