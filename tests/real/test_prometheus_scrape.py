@@ -29,8 +29,26 @@ from prometheus import (
     write_secret_dir,
 )
 
-from builders.prometheus_scrape import READER, ScrapeTarget, hami_scrape_configs, reader_manifests
-from tests.support.hami_metrics import Card, Container, HamiMetricsServer, HamiState, samples
+from builders.prometheus_scrape import (
+    DEVICE_PLUGIN_NAMESPACE,
+    DEVICE_PLUGIN_SELECTOR,
+    READER,
+    VGPU_MONITOR_PORT,
+    ScrapeTarget,
+    hami_scrape_configs,
+    job_name,
+    reader_manifests,
+)
+from tests.support.hami_metrics import (
+    Card,
+    Container,
+    HamiMetricsServer,
+    HamiState,
+    Use,
+    samples,
+    vgpu_monitor_exposition,
+    vgpu_monitor_samples,
+)
 
 INTERVAL = "2s"
 TARGET_LABELS = ("job", "instance", "tenant")
@@ -64,20 +82,25 @@ class ScrapeLab:
     prometheus: PrometheusServer
     proxy: ProxyPath
     workdir: Path
+    vgpu_monitor: HamiMetricsServer  # tenant-b's, on its node GPU_NODE_B
 
 
 def api_host(plane: ControlPlane) -> str:
     return plane.server.removeprefix("https://")
 
 
-def lab_reader_token(plane: ControlPlane, proxy: ProxyPath) -> str:
+def lab_reader_token(plane: ControlPlane, proxy: ProxyPath, vgpu_monitor: bool) -> str:
     """The program's reader in the tenant (builders/prometheus_scrape.py) and its token: the one
     its token Secret gets from the controller manager where it runs, else a TokenRequest."""
-    for manifest in reader_manifests(dra=False):
+    for manifest in reader_manifests(dra=False, vgpu_monitor=vgpu_monitor):
         if manifest["kind"] != "Secret" or "kube-controller-manager" in plane.processes:
             plane.kubectl("apply", "-f", "-", input=json.dumps(manifest))
     # RBAC decides from informer caches: Prometheus's first scrape must not be refused.
-    wait_may_proxy(plane, f"system:serviceaccount:{proxy.namespace}:{READER}", proxy)
+    reader = f"system:serviceaccount:{proxy.namespace}:{READER}"
+    wait_may_proxy(plane, reader, proxy)
+    if vgpu_monitor:
+        plane.wait_until_allowed("admin", "list", "pods", "-n", DEVICE_PLUGIN_NAMESPACE,
+                                 f"--as={reader}")  # fmt: skip
     if "kube-controller-manager" not in plane.processes:
         return plane.service_account_token(proxy.namespace, READER)
     secret = plane.wait_for_object(
@@ -88,9 +111,39 @@ def lab_reader_token(plane: ControlPlane, proxy: ProxyPath) -> str:
 
 
 def proxy_path(configs: list[dict]) -> ProxyPath:
-    paths = {config["metrics_path"] for config in configs}
+    paths = {config["metrics_path"] for config in configs if "static_configs" in config}
     assert len(paths) == 1, paths
     return ProxyPath.parse(paths.pop())
+
+
+GPU_NODE_B = "b-w1"
+USES_B = [Use("ml", "p1", "train", 0, "GPU-b0", 12000, 20000, 2.5)]
+
+
+@contextlib.contextmanager
+def start_vgpu_monitor(plane: ControlPlane, host: str) -> Iterator[HamiMetricsServer]:
+    """HAMi's device plugin pod on the GPU node with its vGPU monitor, which the monitor job
+    reads through the pod proxy on the monitor's own port (hence on this host at that port)."""
+    try:
+        server = HamiMetricsServer(host, USES_B, port=VGPU_MONITOR_PORT,
+                                   exposed=vgpu_monitor_exposition)  # fmt: skip
+    except OSError as exc:
+        raise RuntimeError(f"the vGPU monitor's port {host}:{VGPU_MONITOR_PORT}: {exc}") from exc
+    key, value = DEVICE_PLUGIN_SELECTOR.split("=")
+    pod = {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": f"hami-device-plugin-{GPU_NODE_B}",
+                     "namespace": DEVICE_PLUGIN_NAMESPACE, "labels": {key: value}},
+        "spec": {"nodeName": GPU_NODE_B, "containers": [{
+            "name": "vgpu-monitor", "image": "x", "ports": [{"containerPort": VGPU_MONITOR_PORT}],
+        }]},
+    }  # fmt: skip
+    plane.kubectl("apply", "-f", "-", input=json.dumps(pod))
+    status = {"status": {"podIP": host, "podIPs": [{"ip": host}]}}
+    plane.kubectl("patch", "pod", pod["metadata"]["name"], "-n", DEVICE_PLUGIN_NAMESPACE,
+                  "--subresource=status", "--type=merge", "-p", json.dumps(status))  # fmt: skip
+    with server:
+        yield server
 
 
 @pytest.fixture(scope="module")
@@ -104,18 +157,21 @@ def lab(start_control_plane, tmp_path_factory) -> Iterator[ScrapeLab]:
             # the reader's token Secret as in the lab, tenant-b's without (a TokenRequest).
             plane = start_control_plane(f"prom-{name}", full=name == "tenant-a")
             hami = stack.enter_context(HamiMetricsServer(host, state))
-            target = ScrapeTarget(name, api_host(plane), str(workdir / name))
+            # tenant-b has real cards: HAMi's vGPU monitor on its GPU node, found as a pod.
+            vgpu = name == "tenant-b"
+            target = ScrapeTarget(name, api_host(plane), str(workdir / name), vgpu_monitor=vgpu)
             tenants[name] = Tenant(name, plane, hami, target)
         configs = hami_scrape_configs([t.target for t in tenants.values()], INTERVAL)
         proxy = proxy_path(configs)
         for tenant in tenants.values():
             serve_behind_service(tenant.plane, proxy, host, tenant.hami.port)
-            token = lab_reader_token(tenant.plane, proxy)
+            token = lab_reader_token(tenant.plane, proxy, tenant.target.vgpu_monitor)
             write_secret_dir(Path(tenant.target.secret_dir), tenant.plane, token)
+        monitor = stack.enter_context(start_vgpu_monitor(tenants["tenant-b"].plane, host))
         config = {"global": {"scrape_interval": INTERVAL}, "scrape_configs": configs}
         prometheus = PrometheusServer.start(workdir / "prometheus", config)
         stack.callback(prometheus.stop)
-        yield ScrapeLab(tenants, prometheus, proxy, workdir)
+        yield ScrapeLab(tenants, prometheus, proxy, workdir, monitor)
 
 
 Series = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -128,7 +184,7 @@ def served(state: HamiState) -> Series:
 def scraped(prometheus: PrometheusServer, tenant: str) -> Series:
     """Every HAMi series Prometheus holds now for ``tenant``, without the target's labels."""
     out: Series = {}
-    query = f'{{__name__=~"hami_.+",__name__!="hami_build_info",tenant="{tenant}"}}'
+    query = f'{{__name__=~"hami_.+",__name__!="hami_build_info",job="{job_name(tenant)}"}}'
     for row in prometheus.query(query):
         labels = dict(row["metric"])
         name = labels.pop("__name__")
@@ -154,9 +210,10 @@ def proxied_by(plane: ControlPlane, user: str) -> list[int]:
 @pytest.mark.upstream("hami-scheduler-metrics-v2.10", "kube-service-proxy-url")
 def test_each_tenant_is_scraped_through_its_own_api_server_with_hamis_series(lab: ScrapeLab):
     targets = lab.prometheus.wait_for_scrapes(2)
-    assert sorted((t["labels"]["tenant"], t["health"], t["lastError"]) for t in targets) == [
-        ("tenant-a", "up", ""),
-        ("tenant-b", "up", ""),
+    assert sorted((t["labels"]["job"], t["health"], t["lastError"]) for t in targets) == [
+        (job_name("tenant-a"), "up", ""),
+        (job_name("tenant-b"), "up", ""),
+        (f"{job_name('tenant-b')}-vgpu-monitor", "up", ""),
     ]
     for tenant in lab.tenants.values():
         assert scraped(lab.prometheus, tenant.name) == served(tenant.hami.state)
@@ -165,11 +222,11 @@ def test_each_tenant_is_scraped_through_its_own_api_server_with_hamis_series(lab
         codes = proxied_by(tenant.plane, user)
         assert codes and set(codes) == {200}, codes
     durations = {
-        row["metric"]["tenant"]: float(row["value"][1])
+        row["metric"]["job"]: float(row["value"][1])
         for row in lab.prometheus.query("scrape_duration_seconds")
     }
-    print(f"scrape_duration_seconds per tenant: {durations}")
-    assert set(durations) == {"tenant-a", "tenant-b"}
+    print(f"scrape_duration_seconds per job: {durations}")
+    assert len(durations) == 3
 
 
 @pytest.mark.upstream("prom-staleness")
@@ -229,13 +286,39 @@ def test_prometheus_reads_the_token_file_at_every_scrape(lab: ScrapeLab):
 
     def health() -> dict[str, tuple[str, str]]:
         targets = lab.prometheus.wait_for_scrapes(2)
-        return {t["labels"]["tenant"]: (t["health"], t["lastError"]) for t in targets}
+        return {t["labels"]["job"]: (t["health"], t["lastError"]) for t in targets}
 
+    b, a = job_name("tenant-b"), job_name("tenant-a")
     try:
         token.write_text("not-a-token")
         refused = health()
     finally:
         token.write_text(good)
-    assert refused["tenant-b"][0] == "down" and "401" in refused["tenant-b"][1], refused
-    assert refused["tenant-a"] == ("up", "")
-    assert health()["tenant-b"] == ("up", "")
+    assert refused[b][0] == "down" and "401" in refused[b][1], refused
+    assert refused[a] == ("up", "")
+    assert health()[b] == ("up", "")
+
+
+@pytest.mark.upstream("hami-chart-device-plugin-monitor-service", "hami-vgpumonitor-metrics")
+def test_the_vgpu_monitor_of_each_gpu_node_is_found_and_read_through_the_api_server(
+    lab: ScrapeLab,
+):
+    """Pod discovery through the tenant's API server finds the device plugin's pod; its vGPU
+    monitor is read through the pod proxy, labelled with the tenant and the node."""
+    job = f"{job_name('tenant-b')}-vgpu-monitor"
+    targets = [t for t in lab.prometheus.wait_for_scrapes(2) if t["labels"]["job"] == job]
+    assert [(t["labels"]["instance"], t["health"]) for t in targets] == [(GPU_NODE_B, "up")]
+    assert "/pods/hami-device-plugin-b-w1:9394/proxy/metrics" in targets[0]["scrapeUrl"]
+    got: Series = {}
+    for row in lab.prometheus.query(f'{{job="{job}",__name__=~"hami_.+"}}'):
+        labels = dict(row["metric"])
+        name = labels.pop("__name__")
+        assert (labels.pop("tenant"), labels.pop("job"), labels.pop("instance")) == (
+            "tenant-b",
+            job,
+            GPU_NODE_B,
+        )
+        got[(name, frozenset(labels.items()))] = float(row["value"][1])
+    want = {(n, frozenset(labels.items())): v for n, labels, v in vgpu_monitor_samples(USES_B)}
+    assert got == want
+    assert lab.vgpu_monitor.scrapes >= 2
