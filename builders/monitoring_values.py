@@ -16,6 +16,7 @@ from builders.dashboard import DASHBOARD_UID, DATASOURCE_UID
 from builders.prometheus_scrape import ScrapeTarget, hami_scrape_configs
 from builders.slice_rules import rule_groups
 from labconfig.monitoring import MonitoringConfig
+from planning.footprint import GRAFANA_RESOURCES, PROMETHEUS_RESOURCES
 
 NAMESPACE = "lab-monitoring"
 PROMETHEUS_RELEASE = "prometheus"
@@ -62,6 +63,7 @@ def prometheus_values(
         "scrapeConfigs": jobs,
         "serverFiles": {"recording_rules.yml": {"groups": rule_groups(monitoring.scrape_interval)}},
         "server": {
+            "resources": PROMETHEUS_RESOURCES,
             "retention": monitoring.retention,
             "persistentVolume": {"enabled": True, "size": monitoring.volume_size},
             "global": {
@@ -92,6 +94,7 @@ def grafana_values(address: str, admin_secret: bool) -> dict[str, Any]:
             "annotations": {"metallb.io/loadBalancerIPs": address},
         },
         "persistence": {"enabled": False},
+        "resources": GRAFANA_RESOURCES,
         "testFramework": {"enabled": False},
         "grafana.ini": {
             "auth.anonymous": {"enabled": True, "org_role": "Viewer"},

@@ -139,7 +139,7 @@ def reader_manifests(dra: bool, vgpu_monitor: bool = False) -> list[dict[str, An
             "kind": "Role",
             "metadata": meta,
             # The authorizer's name for a proxy request is the whole `scheme:name:port`
-            # segment of the URL (fact kube-apiserver-proxy-request-name).
+            # segment of the URL (fact kube-service-proxy-rbac).
             "rules": [
                 {
                     "apiGroups": [""],

@@ -26,6 +26,7 @@ def stack_outputs(cfg: LabConfig, lab: Lab) -> dict[str, Any]:
     footprint = lab_footprint(
         [t.control_plane_cpu_requests.cpus for t in cfg.tenants],
         sum(t.container_workers for t in cfg.tenants),
+        cfg.monitoring.enabled,
     )
     return {
         "network": {
