@@ -109,9 +109,11 @@ SINCE ?= 24h
 ledger: outputs-ready $(VENV)/.installed ## slice-hours over time from Prometheus, gone pods too (SINCE=24h)
 	$(PY) -m capacity --stack $(STACK) --ledger --last $(SINCE) --report-dir reports/$(STACK)
 
-# Where the sharing dashboard opens (a stack output), and who may do what there.
+# Where the sharing dashboard opens (a stack output), and who may do what there. Read from all
+# outputs: Pulumi records no output whose value is None, and asking for it by name fails.
 dashboard: outputs-ready ## how to open the sharing dashboard (Grafana)
-	@url=$$(pulumi stack output dashboardUrl --stack $(STACK)) || exit 1; \
+	@url=$$(pulumi stack output --json --stack $(STACK) | python3 -c \
+	  'import json, sys; print(json.load(sys.stdin).get("dashboardUrl") or "")') || exit 1; \
 	if [ -z "$$url" ] || [ "$$url" = "null" ]; then \
 	  echo "stack $(STACK) has no dashboard: monitoring.enabled and monitoring.grafana are off" >&2; exit 1; fi; \
 	echo "open $$url (anyone who reaches the lab network may view it)"; \
