@@ -20,6 +20,7 @@ import subprocess
 import time
 from collections import defaultdict
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
 import pytest
 import yaml
@@ -40,9 +41,12 @@ from builders.dashboard import dashboard_queries, resolved
 from builders.labcheck_spec import monitoring_spec
 from builders.prometheus_scrape import ScrapeTarget, hami_scrape_configs, job_name
 from builders.slice_rules import rule_groups
-from capacity.ledger import ledger_csv, read_ledger
+from capacity.hours import holdings, slice_hours
+from capacity.ledger import ledger_csv, ledger_rows, read_ledger
+from capacity.records import ANN_BIND_TIME, BIND_SUCCESS
+from labcheck.hami import ANN_ALLOCATED, ANN_BIND_PHASE, ANN_NODE
 from labcheck.kube import KubeCluster
-from labcheck.prometheus import Prometheus
+from labcheck.prometheus import Prometheus, Sample
 from labcheck.spec import Monitoring
 from labconfig.monitoring import MonitoringConfig
 from labconfig.parse import parse_config
@@ -388,3 +392,69 @@ def test_capacity_ledger_reads_the_same_figures_through_the_management_api_serve
         assert row.idle_gpu_hours == pytest.approx(idle)
     assert "tenant-a,team-x,GPU-a0,20000.0,100.0,1.0,0.0,4" in ledger_csv(got)
     assert "tenant-a,team-y,GPU-a1,20000.0,20.0,1.0,0.5,1" in ledger_csv(got)
+
+
+def as_pod_objects(ledger: Ledger, tenant: str) -> list[dict]:
+    """The scenario's pods of a HAMi tenant as its API server lists them at the window's end:
+    ended (Succeeded, not yet deleted), HAMi's annotations from their bind, the time their
+    container finished: what `capacity --hours` reads."""
+    pods = []
+    for s in SLICES:
+        if s.tenant != tenant:
+            continue
+        c = s.container
+        finished = datetime.fromtimestamp(ledger.at(s.end), UTC).isoformat().replace("+00:00", "Z")
+        pods.append(
+            {
+                "metadata": {
+                    "namespace": c.namespace,
+                    "name": c.pod,
+                    "annotations": {
+                        ANN_NODE: c.node,
+                        ANN_ALLOCATED: f"{c.uuid},NVIDIA,{c.mb},{c.cores}:;",
+                        ANN_BIND_PHASE: BIND_SUCCESS,
+                        ANN_BIND_TIME: str(int(ledger.at(s.start))),
+                    },
+                },
+                "spec": {"nodeName": c.node, "containers": [{"name": "main"}]},
+                "status": {
+                    "phase": "Succeeded",
+                    "containerStatuses": [{"state": {"terminated": {"finishedAt": finished}}}],
+                },
+            }
+        )
+    return pods
+
+
+def test_capacity_hours_and_the_ledger_agree_on_the_same_pods(ledger: Ledger):
+    """The same pods read two ways: `capacity --hours` from their objects (bind time to
+    finishedAt), the ledger from what Prometheus recorded while they ran. Whole-minute
+    lifetimes, so the ledger's one-minute integral is exact; the only difference is which pods
+    each can see: --hours only pods still listed, the ledger also deleted ones."""
+    window = f"{WINDOW_HOURS * 3600}s"
+    spec = Monitoring.model_validate(monitoring_spec(parse_config(lab_stack_config())))
+    queries = spec.over(window)
+    answers = {
+        column: [
+            Sample(dict(row["metric"]), float(row["value"][1]))
+            for row in ledger.prometheus.query(expr, ledger.window_end)
+        ]
+        for column, expr in queries.items()
+    }
+    by_card: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for row in ledger_rows(answers):
+        by_card[(row.tenant, row.card)][0] += row.mb_hours
+        by_card[(row.tenant, row.card)][1] += row.core_hours
+    for tenant in ("tenant-a", "tenant-b"):
+        held, notes = holdings(tenant, as_pod_objects(ledger, tenant), ledger.window_end)
+        assert notes == []
+        report = slice_hours(held, ledger.window_start, ledger.window_end)
+        cards = {uuid for (t, uuid) in report.by_tenant_card if t == tenant}
+        assert cards == {uuid for (t, uuid) in by_card if t == tenant}
+        for uuid in cards:
+            hours_ = report.by_tenant_card[(tenant, uuid)]
+            mb, cores = by_card[(tenant, uuid)]
+            assert (hours_.mb_hours, hours_.core_hours) == (
+                pytest.approx(mb, rel=1e-9),
+                pytest.approx(cores, rel=1e-9),
+            ), (tenant, uuid)
