@@ -167,6 +167,8 @@ def policy_api_gate_process(plane: ControlPlane, timeout_seconds: int) -> subpro
         ["/bin/sh", "-c", admission_policy_api_wait_script(timeout_seconds, interval_seconds=1)],
         env={
             "PATH": f"{bin_path('kubectl').parent}:/usr/bin:/bin",
+            # kubectl's discovery cache goes under $HOME/.kube (the working directory without one)
+            "HOME": str(plane.kubeconfig().parent),
             "LAB_KUBECONFIG": kubeconfig,
             "MANAGEMENT_KUBECONFIG": kubeconfig,
             "TCP_NAME": TCP,
