@@ -2,8 +2,8 @@
 program gives it (its kind config, node image, the lab network), run by the real kind on the
 real daemon, from the node image built here under its mirrored name.
 
-kind is the one the node image's build made (`sigs.k8s.io/kind@v0.31.0`); the script finds it
-and `docker` on PATH as `pulumi up` would.
+kind is the release the program asks for (`sigs.k8s.io/kind@v0.33.0`, built by the tier beside
+the node image's own v0.31.0); the script finds it and `docker` on PATH as `pulumi up` would.
 """
 
 from __future__ import annotations

@@ -47,8 +47,11 @@ def test_the_doc_lists_exactly_what_the_lab_stack_pulls():
     assert "\n".join(chart_table(pulls)) in text
     images, charts = len(unique_images(pulls)), len(chart_table(pulls)) - 2
     host = {p.image for p in pulls.images if p.puller == HOST_DOCKER}
-    assert f"pulls {images} images (the two node images, kind's and the workers', by the host's "
-    f"Docker, {images - len(host)} " in (" ".join(text.split()))
+    said = (
+        f"pulls {images} images (the two node images, kind's and the workers', by the host's "
+        f"Docker, {images - len(host)} "
+    )
+    assert said in " ".join(text.split())
     assert f"and {charts} charts: 5 from Helm repositories and Kamaji's two" in " ".join(
         text.split()
     )
