@@ -28,9 +28,16 @@ from site_mirror import site_mirror
 from test_node_image import mirrored_config, mirrored_run, wait_for_boot
 from test_workers import WORKER, create_as_the_provider, leftover, remove_as_the_provider
 
+from labconfig.node_images import KIND_RELEASE
 from planning import footprint
 from tests.support.docker_readback import container_attributes
 from tests.support.pulumi_harness import run_program
+
+
+def test_the_scripts_run_the_kind_release_the_lab_asks_for(docker: Docker, tier_cache_dir: Path):
+    """The preflight's kind (labconfig/node_images.py), not the node image build's v0.31.0."""
+    found = run_script(docker, tier_cache_dir, "kind version", {})
+    assert found.stdout.startswith(f"kind {KIND_RELEASE} "), found.stdout + found.stderr
 
 
 @pytest.fixture(scope="module")
