@@ -45,11 +45,16 @@ HAMI, DRA = "tenant-b", "tenant-b-dra"
 TEAM = "team-b"  # a namespace of the user's own (--namespace)
 # The lab stack with a third tenant: tenant-b's cards (two L4) shared through DRA, on the
 # planes' Kubernetes version, as tenant-b. kwok plays its worker.
-CONFIG = on_the_planes_version(stack_config("lab"))
-CONFIG["tenants"] = [
-    *CONFIG["tenants"],
-    {"name": DRA, "workers": 1, "gpuSharing": "dra", "gpus": [{"model": "L4", "count": 2}]},
-]
+LAB = stack_config("lab")
+CONFIG = on_the_planes_version(
+    {
+        **LAB,
+        "tenants": [
+            *LAB["tenants"],
+            {"name": DRA, "workers": 1, "gpuSharing": "dra", "gpus": [{"model": "L4", "count": 2}]},
+        ],
+    }
+)
 DRA_TENANT = next(t for t in parse_config(CONFIG).tenants if t.name == DRA)
 HOSTNAME = "kubernetes.io/hostname"
 COMPONENTS = {"scheduler": "kube-scheduler", "controllerManager": "kube-controller-manager"}
