@@ -7,7 +7,7 @@ STATE_DIR := $(HOME)/.pulumi-kamaji-hami-lab
 
 .DEFAULT_GOAL := help
 .PHONY: help up preview destroy test test-real test-host lint check capacity up-ready preview-ready destroy-ready mutation \
-	kubeconfig sharing outputs-ready stack pulls
+	kubeconfig sharing outputs-ready stack pulls ledger dashboard
 
 # What each tool is for the targets below, and how to install it. A target that needs tools
 # names them with $(call require,...): one line per missing tool, before anything else runs.
@@ -102,6 +102,22 @@ sharing: outputs-ready $(VENV)/.installed ## who holds which GPU slices now, and
 capacity: outputs-ready $(VENV)/.installed ## place a workload mix and report what it needs (MIX=)
 	@test -n "$(MIX)" || { echo "set MIX=<mix file>, e.g. MIX=capacity/mixes/inference-heavy.yaml" >&2; exit 2; }
 	$(PY) -m capacity --stack $(STACK) --mix $(MIX) --report-dir reports/$(STACK)/capacity $(ARGS)
+
+# Slice-hours and GPU-hours per tenant, namespace and card from the lab's Prometheus, also of
+# pods deleted since (docs/monitoring.md); reports/<stack>/ledger.csv and ledger.json.
+SINCE ?= 24h
+ledger: outputs-ready $(VENV)/.installed ## slice-hours over time from Prometheus, gone pods too (SINCE=24h)
+	$(PY) -m capacity --stack $(STACK) --ledger --last $(SINCE) --report-dir reports/$(STACK)
+
+# Where the sharing dashboard opens (a stack output), and who may do what there.
+dashboard: outputs-ready ## how to open the sharing dashboard (Grafana)
+	@url=$$(pulumi stack output dashboardUrl --stack $(STACK)) || exit 1; \
+	if [ -z "$$url" ] || [ "$$url" = "null" ]; then \
+	  echo "stack $(STACK) has no dashboard: monitoring.enabled and monitoring.grafana are off" >&2; exit 1; fi; \
+	echo "open $$url (anyone who reaches the lab network may view it)"; \
+	echo "to edit, sign in as admin: the password is grafanaAdminPassword, or when unset the chart's:"; \
+	echo "  pulumi stack output --show-secrets managementKubeconfig --stack $(STACK) > mgmt.kubeconfig"; \
+	echo "  kubectl --kubeconfig mgmt.kubeconfig -n lab-monitoring get secret grafana -o jsonpath='{.data.admin-password}' | base64 -d"
 
 # Every image (one per line) and chart the stack pulls at its pinned versions, from its stack
 # file alone: what a mirrored site must hold (docs/mirrored-site.md). ARGS=--charts, --table.

@@ -10,7 +10,11 @@ from builders.admission_policy import policy_api_version
 from builders.control_plane import API_PORT
 from builders.hami import QUOTA_NAME, QUOTA_NAMESPACE
 from builders.lock_wait_policy import POD_GROUP_LABEL, POD_GROUP_VALUE
+from builders.monitoring_values import NAMESPACE as MONITORING_NAMESPACE
+from builders.monitoring_values import PROMETHEUS_SERVICE
+from builders.prometheus_scrape import job_name
 from builders.registry_mirrors import holds_credentials, registry_files
+from builders.slice_rules import SLICE_CORES, SLICE_MEMORY, ledger_queries
 from labconfig.addresses import NetworkPlan
 from labconfig.model import LabConfig, kind_node_container
 
@@ -70,6 +74,21 @@ def expected_registry_files(cfg: LabConfig) -> dict[str, Any] | None:
     }
 
 
+def monitoring_spec(cfg: LabConfig) -> dict[str, Any]:
+    """Where the lab's Prometheus answers: its HTTP API through the management cluster's
+    service proxy (no address or port-forward of its own), and how often it scrapes."""
+    return {
+        "prometheus": (
+            f"/api/v1/namespaces/{MONITORING_NAMESPACE}/services/http:{PROMETHEUS_SERVICE}:80/proxy"
+        ),
+        "scrapeInterval": cfg.monitoring.scrape_interval,
+        "jobs": {t.name: job_name(t.name) for t in cfg.tenants},
+        # The ledger's columns over Grafana's `$__range`: the host tools hold no PromQL.
+        "ledger": ledger_queries(),
+        "slices": {"memory": SLICE_MEMORY, "cores": SLICE_CORES},
+    }
+
+
 def labcheck_spec(
     cfg: LabConfig,
     plan: NetworkPlan,
@@ -125,6 +144,7 @@ def labcheck_spec(
         },
         "testImage": GPU_TEST_IMAGE,
         "toolsImage": TOOLS_IMAGE,
+        **({"monitoring": monitoring_spec(cfg)} if cfg.monitoring.enabled else {}),
         # Only when set: a stack without mirrors keeps the spec it had.
         **(
             {

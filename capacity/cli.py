@@ -12,11 +12,13 @@ from typing import TextIO
 
 from labcheck.cli import add_spec_arguments, load_spec, now_iso
 from labcheck.cluster import ClusterError, ClusterFactory, likely_cause
+from labcheck.prometheus import Prometheus, PrometheusError
 from labcheck.runner import SignalGuard
 from labcheck.spec import Spec, SpecError
 from labcheck.waiting import Clock, SystemClock, WaitTimeout
 
 from .hours import Holding, card_infos, holdings, slice_hours, table, to_csv
+from .ledger import ledger_csv, ledger_json, ledger_table, read_ledger
 from .mix import Mix, MixError, load_mix, parse_duration
 from .report import TerminalProgress, terminal_lines, write_reports
 from .run import RunSettings, run_capacity
@@ -39,7 +41,15 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="slice-hours of the pods the tenants run now, over --last (allocation, not use)",
     )
-    p.add_argument("--last", default="24h", help="--hours window ending now (default 24h)")
+    what.add_argument(
+        "--ledger",
+        action="store_true",
+        help="slice-hours and GPU-hours per tenant, namespace and card over --last, from the "
+        "lab's Prometheus: pods deleted since are in it",
+    )
+    p.add_argument(
+        "--last", default="24h", help="--hours or --ledger window ending now (default 24h)"
+    )
     p.add_argument(
         "--timeout",
         type=float,
@@ -82,8 +92,8 @@ def main(
     args = parser.parse_args(argv)
     if not (args.stack or args.spec or args.spec_env):
         parser.error("one of --stack, --spec or --spec-env is required")
-    if not (args.mix or args.hours):
-        parser.error("one of --mix FILE or --hours is required")
+    if not (args.mix or args.hours or args.ledger):
+        parser.error("one of --mix FILE, --hours or --ledger is required")
     try:
         spec = load_spec(args)
         mix = load_mix(args.mix) if args.mix else None
@@ -103,6 +113,8 @@ def main(
 
         factory = kube_factory(spec.timeouts.api_seconds)
     try:
+        if args.ledger:
+            return _ledger(spec, factory, wall(), window, args.report_dir, out)
         if mix is None:
             return _hours(spec, factory, wall(), window, args.report_dir, out)
         return _run(spec, mix, factory, clock or SystemClock(), wall, run_id, guard, args, out)
@@ -113,6 +125,9 @@ def main(
         print(f"capacity: {exc} ({likely_cause(exc)})", file=sys.stderr)
         return EXIT_FAILED
     except WaitTimeout as exc:
+        print(f"capacity: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except PrometheusError as exc:
         print(f"capacity: {exc}", file=sys.stderr)
         return EXIT_FAILED
 
@@ -184,4 +199,37 @@ def _hours(
         path = report_dir / "capacity-hours.csv"
         path.write_text(to_csv(report))
         out.write(f"wrote {path}\n")
+    return EXIT_OK
+
+
+def _ledger(
+    spec: Spec,
+    factory: ClusterFactory,
+    now: float,
+    window: int,
+    report_dir: Path | None,
+    out: TextIO,
+) -> int:
+    """Slice-hours from the lab's Prometheus: every pod of the window, gone ones included."""
+    if spec.monitoring is None:
+        print(
+            "capacity: this stack has no Prometheus (monitoring.enabled is false): "
+            "--hours reads the pods that exist now",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    management = factory(spec.management.kubeconfig, "management")
+    prometheus = Prometheus(management, spec.monitoring.prometheus)
+    span = f"{window}s"
+    ledger = read_ledger(prometheus, spec.monitoring.over(span), span, now)
+    out.write("\n".join(ledger_table(ledger)) + "\n")
+    if report_dir:
+        report_dir.mkdir(parents=True, exist_ok=True)
+        for name, text in (
+            ("ledger.csv", ledger_csv(ledger)),
+            ("ledger.json", ledger_json(ledger)),
+        ):
+            path = report_dir / name
+            path.write_text(text)
+            out.write(f"wrote {path}\n")
     return EXIT_OK

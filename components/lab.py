@@ -19,7 +19,9 @@ from typing import Any
 
 import pulumi
 
+from builders.control_plane import API_PORT
 from builders.labcheck_spec import labcheck_spec
+from builders.prometheus_scrape import ScrapeTarget, secret_dir
 from components.platform.host_preflight import HostPreflight, HostPreflightArgs
 from components.platform.kamaji import Kamaji, KamajiArgs
 from components.platform.kamaji_chart import ChartOrigin, ensure_chart_cache
@@ -30,6 +32,7 @@ from components.platform.management import (
     ManagementClusterArgs,
 )
 from components.platform.metallb import MetalLB, MetalLBArgs
+from components.platform.monitoring import Monitoring, MonitoringArgs
 from components.platform.network import LabNetwork, LabNetworkArgs
 from components.tenant.cni import Flannel, FlannelArgs
 from components.tenant.control_plane import Tenant, TenantArgs
@@ -37,6 +40,7 @@ from components.tenant.gpu_nodes import GpuNodes, GpuNodesArgs
 from components.tenant.hami import Hami, HamiArgs
 from components.tenant.hami_dra import HamiDra, HamiDraArgs
 from components.tenant.kube_proxy import KubeProxy, KubeProxyArgs
+from components.tenant.metrics_reader import MetricsReader, MetricsReaderArgs
 from components.tenant.remote_workers import RemoteWorkerPool, RemoteWorkerPoolArgs
 from components.tenant.simulated_gpus import SimulatedGpus, SimulatedGpusArgs
 from components.tenant.workers import WorkerPool, WorkerPoolArgs
@@ -61,6 +65,7 @@ class TenantParts:
     gpu_nodes: GpuNodes | None
     gpus: SimulatedGpus | None
     inventory: dict[str, list[dict[str, Any]]]
+    metrics_reader: MetricsReader | None = None  # with monitoring: what Prometheus scrapes as
 
     @property
     def last_steps(self) -> list[pulumi.Resource]:
@@ -77,6 +82,7 @@ class Lab:
     tenants: dict[str, TenantParts]
     spec: pulumi.Output[str]  # what labcheck needs, kubeconfigs included: a secret
     validation: Validation | None
+    monitoring: Monitoring | None = None
 
 
 def _workers(
@@ -202,7 +208,10 @@ def build_tenant(
             ),
             child,
         )
-        return TenantParts(control_plane, workers, kube_proxy, cni, dra, None, None, inventory)
+        return TenantParts(
+            control_plane, workers, kube_proxy, cni, dra, None, None, inventory,
+            _metrics_reader(cfg, tenant, control_plane, dra.release, child),
+        )  # fmt: skip
     hami = Hami(
         f"{tenant.name}-hami",
         HamiArgs(
@@ -231,7 +240,75 @@ def build_tenant(
             ),
             child,
         )
-    return TenantParts(control_plane, workers, kube_proxy, cni, hami, gpu_nodes, gpus, inventory)
+    return TenantParts(
+        control_plane, workers, kube_proxy, cni, hami, gpu_nodes, gpus, inventory,
+        _metrics_reader(cfg, tenant, control_plane, hami.release, child),
+    )  # fmt: skip
+
+
+def _metrics_reader(
+    cfg: LabConfig,
+    tenant: TenantConfig,
+    control_plane: Tenant,
+    chart: pulumi.Resource,
+    opts: pulumi.ResourceOptions,
+) -> MetricsReader | None:
+    if not cfg.monitoring.enabled:
+        return None
+    return MetricsReader(
+        f"{tenant.name}-metrics-reader",
+        MetricsReaderArgs(
+            dra=tenant.gpu_sharing == "dra",
+            provider=control_plane.provider,
+            depends_on=[chart],
+            vgpu_monitor=_has_vgpu_monitor(tenant),
+        ),
+        opts,
+    )
+
+
+def _has_vgpu_monitor(tenant: TenantConfig) -> bool:
+    """HAMi's device plugin, and its vGPU monitor, run on real and NVML cards only."""
+    return tenant.gpu_sharing == "hami" and tenant.gpu_mode in ("real", "nvml-mock")
+
+
+def _monitoring(
+    cfg: LabConfig,
+    plan: NetworkPlan,
+    management: Management,
+    platform: list[pulumi.Resource],
+    tenants: dict[str, TenantParts],
+) -> Monitoring:
+    by_name = {t.name: t for t in cfg.tenants}
+    targets = [
+        ScrapeTarget(
+            tenant=name,
+            api_host=f"{plan.tenant_addresses[name]}:{API_PORT}",
+            secret_dir=secret_dir(name),
+            dra=by_name[name].gpu_sharing == "dra",
+            vgpu_monitor=_has_vgpu_monitor(by_name[name]),
+        )
+        for name in tenants
+    ]
+    password = cfg.grafana_admin_password.get_secret_value()
+    return Monitoring(
+        "monitoring",
+        MonitoringArgs(
+            config=cfg.monitoring,
+            targets=targets,
+            credentials={
+                name: parts.metrics_reader.credentials
+                for name, parts in tenants.items()
+                if parts.metrics_reader is not None
+            },
+            provider=management.provider,
+            dashboard_address=str(plan.dashboard_address) if plan.dashboard_address else None,
+            grafana_admin_password=pulumi.Output.secret(password) if password else None,
+            depends_on=platform,
+            prometheus_chart=cfg.chart("prometheus"),
+            grafana_chart=cfg.chart("grafana"),
+        ),
+    )
 
 
 def _management(cfg: LabConfig, network: LabNetwork | None) -> Management:
@@ -327,8 +404,13 @@ def build_lab(cfg: LabConfig, stack: str) -> Lab:
         for t in cfg.tenants
     }
     spec = spec_output(cfg, plan, stack, management, tenants)
-    validation = _validation(cfg, stack, spec, management, tenants) if cfg.validate_lab else None
-    return Lab(plan, network, management, metallb, kamaji, tenants, spec, validation)
+    monitoring = (
+        _monitoring(cfg, plan, management, platform, tenants) if cfg.monitoring.enabled else None
+    )
+    validation = (
+        _validation(cfg, stack, spec, management, tenants, monitoring) if cfg.validate_lab else None
+    )
+    return Lab(plan, network, management, metallb, kamaji, tenants, spec, validation, monitoring)
 
 
 def spec_output(
@@ -360,7 +442,14 @@ def spec_output(
 # Keys newer than the fingerprint count only when a stack sets them, so an upgrade of the
 # program does not re-run every stack's validation.
 _FINGERPRINT_OPTIONAL = frozenset(
-    {"registry_mirrors", "registry_mirror_auth", "chart_sources", "kamaji_git_url"}
+    {
+        "registry_mirrors",
+        "registry_mirror_auth",
+        "chart_sources",
+        "kamaji_git_url",
+        "monitoring",
+        "grafana_admin_password",
+    }
 )
 # And each tenant's.
 _TENANT_FINGERPRINT_OPTIONAL = frozenset({"control_plane_cpu_requests"})
@@ -394,8 +483,11 @@ def _validation(
     spec: pulumi.Output[str],
     management: Management,
     tenants: dict[str, TenantParts],
+    monitoring: Monitoring | None = None,
 ) -> Validation:
+    # labcheck's monitoring checks read Prometheus: it runs once Prometheus is installed.
     last_steps = [step for parts in tenants.values() for step in parts.last_steps]
+    last_steps += [monitoring] if monitoring else []
     # Re-run on any config change (secrets are masked in the dump), on a new management
     # cluster, whenever a worker joined anew, and when a tenant's chart changes.
     triggers: list[Any] = [config_fingerprint(cfg), management.identity]

@@ -26,6 +26,7 @@ def stack_outputs(cfg: LabConfig, lab: Lab) -> dict[str, Any]:
     footprint = lab_footprint(
         [t.control_plane_cpu_requests.cpus for t in cfg.tenants],
         sum(t.container_workers for t in cfg.tenants),
+        cfg.monitoring.enabled,
     )
     return {
         "network": {
@@ -57,5 +58,7 @@ def stack_outputs(cfg: LabConfig, lab: Lab) -> dict[str, Any]:
             "diskGB": footprint.disk_gb,
         },
         "labcheckSpec": lab.spec,
+        # The sharing dashboard (Grafana), when the stack has one.
+        "dashboardUrl": lab.monitoring.dashboard_url if lab.monitoring else None,
         "validationReports": lab.validation.report_dir if lab.validation else None,
     }

@@ -97,8 +97,8 @@ class KubeCluster:
     def version(self) -> Obj:
         return self._json("GET", "/version")
 
-    def get_raw(self, path: str) -> str:
-        return self._request("GET", path, accept="*/*").decode(errors="replace")
+    def get_raw(self, path: str, query: list[tuple[str, str]] | None = None) -> str:
+        return self._request("GET", path, query, accept="*/*").decode(errors="replace")
 
     def list_nodes(self) -> list[Obj]:
         return self._items("/api/v1/nodes")

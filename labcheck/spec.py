@@ -222,6 +222,21 @@ class RegistryFiles(_Model):
     tenant_nodes: dict[str, dict[str, str]] = Field(default_factory=dict)
 
 
+class Monitoring(_Model):
+    """The lab's Prometheus: its HTTP API's path on the management cluster's API server."""
+
+    prometheus: str = Field(min_length=1)
+    scrape_interval: str = "30s"
+    jobs: dict[str, str] = Field(default_factory=dict)  # scrape job by tenant
+    # PromQL per ledger column, over `$__range` (builders/slice_rules.py ledger_queries).
+    ledger: dict[str, str] = Field(default_factory=dict)
+    slices: dict[str, str] = Field(default_factory=dict)  # `memory`, `cores`: the lab: series
+
+    def over(self, window: str) -> dict[str, str]:
+        """The ledger's queries over `window` (a Prometheus duration)."""
+        return {column: q.replace("$__range", window) for column, q in self.ledger.items()}
+
+
 class Spec(_Model):
     stack: str = Field(min_length=1)
     management: Management
@@ -235,6 +250,7 @@ class Spec(_Model):
     registry_mirrors: dict[str, str] = Field(default_factory=dict)
     # With mirrors: what each node must hold (labcheck/checks/registries.py reads it there).
     registry_files: RegistryFiles | None = None
+    monitoring: Monitoring | None = None  # a stack with monitoring off has none
 
     @model_validator(mode="after")
     def _unique(self) -> Spec:

@@ -1,4 +1,5 @@
-"""Address plan of the lab network: container range, MetalLB pool, tenant API addresses.
+"""Address plan of the lab network: container range, MetalLB pool, tenant API addresses, and
+the dashboard's address.
 
 Everything is derived from the configured subnet with ``ipaddress``, so the pool is never
 guessed from ``docker network inspect`` (the original lab's IPv6 trap).
@@ -27,6 +28,9 @@ class NetworkPlan:
     pool_start: IPv4Address
     pool_end: IPv4Address
     tenant_addresses: dict[str, IPv4Address]
+    # Grafana's LoadBalancer address: the pool's last, planned like the tenants' so that a
+    # Service created first never takes a tenant's address. None without a dashboard.
+    dashboard_address: IPv4Address | None = None
 
     @property
     def pool_range(self) -> str:
@@ -109,21 +113,26 @@ def plan_network(cfg: LabConfig) -> NetworkPlan:
         raise ConfigError(pool_key, f"pool overlaps the container range {containers}")
     if start <= int(gateway) <= end:
         raise ConfigError(pool_key, f"pool includes the gateway {gateway}")
-    if end - start + 1 < len(cfg.tenants):
+    dashboard = cfg.monitoring.enabled and cfg.monitoring.grafana
+    needed = len(cfg.tenants) + dashboard
+    if end - start + 1 < needed:
         raise ConfigError(
             pool_key,
             f"pool {IPv4Address(start)}-{IPv4Address(end)} has {end - start + 1} addresses "
-            f"for {len(cfg.tenants)} tenants: use a larger subnet or poolRange",
+            f"for {len(cfg.tenants)} tenants{' and the dashboard' if dashboard else ''}: "
+            "use a larger subnet or poolRange",
         )
 
     _check_tenant_cidrs(cfg, subnet)
+    dashboard_address = IPv4Address(end) if dashboard else None
     return NetworkPlan(
         subnet=subnet,
         gateway=gateway,
         container_range=containers,
         pool_start=IPv4Address(start),
         pool_end=IPv4Address(end),
-        tenant_addresses=_tenant_addresses(cfg, start, end),
+        tenant_addresses=_tenant_addresses(cfg, start, end, dashboard_address),
+        dashboard_address=dashboard_address,
     )
 
 
@@ -148,9 +157,11 @@ def _check_tenant_cidrs(cfg: LabConfig, subnet: IPv4Network) -> None:
             )
 
 
-def _tenant_addresses(cfg: LabConfig, start: int, end: int) -> dict[str, IPv4Address]:
+def _tenant_addresses(
+    cfg: LabConfig, start: int, end: int, dashboard: IPv4Address | None
+) -> dict[str, IPv4Address]:
     """Pinned addresses first, then each other tenant takes the lowest free pool address."""
-    taken: dict[IPv4Address, str] = {}
+    taken: dict[IPv4Address, str] = {dashboard: "the dashboard"} if dashboard else {}
     for index, tenant in enumerate(cfg.tenants):
         if tenant.address is None:
             continue
@@ -158,8 +169,11 @@ def _tenant_addresses(cfg: LabConfig, start: int, end: int) -> dict[str, IPv4Add
         addr = _address(key, tenant.address)
         if not start <= int(addr) <= end:
             raise ConfigError(
-                key, f"{addr} is outside the pool {IPv4Address(start)}-{IPv4Address(end)}"
+                key,
+                f"{addr} is outside the pool {IPv4Address(start)}-{IPv4Address(end)}",
             )
+        if addr == dashboard:
+            raise ConfigError(key, f"{addr} is the dashboard's (the pool's last address)")
         if addr in taken:
             raise ConfigError(key, f"{addr} is already pinned by tenant {taken[addr]!r}")
         taken[addr] = tenant.name

@@ -27,6 +27,9 @@ CHART_REPOSITORIES: dict[str, str] = {
     "hami": "https://project-hami.github.io/HAMi/",
     "hami-dra": "https://project-hami.github.io/HAMi-DRA",
     "nvml-mock": "oci://ghcr.io/nvidia/k8s-test-infra/chart",
+    "prometheus": "https://prometheus-community.github.io/helm-charts",
+    # The grafana chart's maintained home since grafana/helm-charts deprecated it.
+    "grafana": "https://grafana-community.github.io/helm-charts",
 }
 CHART_NAMES = tuple(CHART_REPOSITORIES)
 CHART_SOURCE_SCHEMES = ("https://", "http://", "oci://")

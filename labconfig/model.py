@@ -40,6 +40,7 @@ from labconfig.mirrors import (
     check_chart_sources,
     check_registry_mirrors,
 )
+from labconfig.monitoring import MonitoringConfig
 from labconfig.node_images import KIND_NODE_IMAGE, WORKER_IMAGES
 from labconfig.preflight_checks import PREFLIGHT_CHECKS
 from labconfig.versions import kubernetes_minor
@@ -305,6 +306,9 @@ class LabConfig(ConfigModel):
     # Host checks a user accepts knowingly, by name, with why: still run, reported as warnings.
     preflight_accept: dict[str, str] = Field(default_factory=dict)
     validate_lab: bool = Field(default=True, alias="validate")
+    monitoring: MonitoringConfig = MonitoringConfig()
+    # Grafana's admin password; empty: the chart makes one (`make dashboard` says where).
+    grafana_admin_password: SecretStr = SecretStr("")
     tenants: tuple[TenantConfig, ...] = Field(min_length=1)
 
     def mirror_auth(self) -> dict[str, str]:

@@ -17,7 +17,14 @@ from labconfig.model import PROJECT, ConfigError, LabConfig
 
 _FIELDS_BY_KEY = {field.alias or name: field for name, field in LabConfig.model_fields.items()}
 # Read as JSON objects (`Config.get_object`); every other key is a scalar.
-STRUCTURED_KEYS = ("tenants", "proxy", "preflightAccept", "registryMirrors", "chartSources")
+STRUCTURED_KEYS = (
+    "tenants",
+    "proxy",
+    "preflightAccept",
+    "registryMirrors",
+    "chartSources",
+    "monitoring",
+)
 # May be set as secrets (a proxy URL can carry credentials): the workers keep them secret.
 MAY_BE_SECRET_KEYS = ("proxy",)
 # Kept as SecretStr here and as secret Outputs downstream; set with `pulumi config set --secret`.

@@ -73,6 +73,14 @@ WORKER = Footprint(cpus=0.3, memory_mb=512, disk_gb=3)
 # HAMi scheduler (kube-scheduler + extender), webhook, and our agent.
 GPU_STACK = Footprint(cpus=0.25, memory_mb=384, disk_gb=1)
 
+# The lab's Prometheus and Grafana (builders/monitoring_values.py requests exactly these):
+# memory only. A CPU request would take schedulable CPU from the kind node, where a tenant's
+# rollout surge must fit (lab_footprint); idle, both use a few millicores. A tenant adds a few
+# hundred series; the disk is their record over the retention, well under a gigabyte.
+PROMETHEUS_RESOURCES = {"requests": {"memory": "256Mi"}, "limits": {"memory": "1Gi"}}
+GRAFANA_RESOURCES = {"requests": {"memory": "128Mi"}, "limits": {"memory": "512Mi"}}
+MONITORING = Footprint(cpus=0, memory_mb=256 + 128, disk_gb=1)
+
 
 def control_plane(cpus: float) -> Footprint:
     """One tenant's control plane pod (its requests: `cpus` and the memory above) plus its etcd
@@ -84,8 +92,11 @@ def control_plane(cpus: float) -> Footprint:
 CONTROL_PLANE = control_plane(ControlPlaneCpuRequests().cpus)
 
 
-def lab_footprint(control_plane_cpus: Sequence[float], workers: int) -> Footprint:
-    """The lab with one control plane per tenant (each tenant's CPU requests) and `workers`.
+def lab_footprint(
+    control_plane_cpus: Sequence[float], workers: int, monitoring: bool = True
+) -> Footprint:
+    """The lab with one control plane per tenant (each tenant's CPU requests) and `workers`,
+    and its Prometheus and Grafana unless the stack turned them off.
 
     Plus one rollout surge: Kamaji rolls a TenantControlPlane's Deployment with maxSurge 100%
     (several times while it provisions one), so during a rollout a second pod of that tenant
@@ -102,4 +113,4 @@ def lab_footprint(control_plane_cpus: Sequence[float], workers: int) -> Footprin
         if control_plane_cpus
         else NOTHING
     )
-    return MANAGEMENT + planes + surge + WORKER * workers
+    return MANAGEMENT + planes + surge + WORKER * workers + (MONITORING if monitoring else NOTHING)

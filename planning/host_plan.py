@@ -19,11 +19,14 @@ class Sizing:
     # when every tenant requests the defaults, so that such a stack's command line is unchanged.
     # Not in the record: the previous run's memory and disk are all the next run compares.
     control_plane_cpus: tuple[float, ...] = ()
+    # Not in the record either: the program's preflight step counts the monitoring (on by
+    # default) whatever the stack says, a little more than a stack without it needs.
+    monitoring: bool = True
 
     @property
     def footprint(self) -> Footprint:
         cpus = self.control_plane_cpus or (CONTROL_PLANE.cpus,) * self.tenants
-        return lab_footprint(cpus, self.workers)
+        return lab_footprint(cpus, self.workers, self.monitoring)
 
     def record(self) -> str:
         return json.dumps({"tenants": self.tenants, "workers": self.workers})
@@ -89,7 +92,7 @@ def host_plan(cfg: LabConfig) -> HostPlan | None:
     cpus = tuple(t.control_plane_cpu_requests.cpus for t in cfg.tenants)
     defaults = all(c == CONTROL_PLANE.cpus for c in cpus)
     return HostPlan(
-        sizing=Sizing(len(cfg.tenants), workers, () if defaults else cpus),
+        sizing=Sizing(len(cfg.tenants), workers, () if defaults else cpus, cfg.monitoring.enabled),
         kube_proxy_versions=tuple(versions),
         kind_cluster=kind_cluster,
         network_name=cfg.network_name,

@@ -49,6 +49,15 @@ CHART_IMAGES: dict[tuple[str, str], tuple[str, ...]] = {
         "ghcr.io/project-hami/hami-dra-webhook:v0.2.0",
         "ghcr.io/project-hami/hami-dra-monitor:v0.2.0",
     ),
+    # prometheus 29.27.0: the server (tag = appVersion) and its config reloader; the
+    # subcharts are off (builders/monitoring_values.py).
+    ("prometheus", "29.27.0"): (
+        "quay.io/prometheus/prometheus:v3.14.0",
+        "quay.io/prometheus-operator/prometheus-config-reloader:v0.93.1",
+    ),
+    # grafana 12.11.1 (grafana-community): Grafana alone; no sidecar, no init containers with
+    # the program's values.
+    ("grafana", "12.11.1"): ("docker.io/grafana/grafana:13.2.0",),
 }
 # CoreDNS as the kubeadm Kamaji builds with (k8s.io/kubernetes v1.36.3) deploys it.
 KAMAJI_COREDNS = "registry.k8s.io/coredns/coredns:v1.14.2"
@@ -229,6 +238,10 @@ def stack_pulls(cfg: LabConfig) -> Pulls:
     if cfg.registry_mirrors and cfg.management_mode == "kind":
         # labcheck reads the kind node's mirror files with a pod of its tools image.
         pulls.image(LABCHECK_IMAGES[1], MANAGEMENT, "labcheck")
+    if cfg.monitoring.enabled:
+        pulls.chart(cfg, "prometheus", cfg.monitoring.prometheus_chart_version, MANAGEMENT)
+        if cfg.monitoring.grafana:
+            pulls.chart(cfg, "grafana", cfg.monitoring.grafana_chart_version, MANAGEMENT)
     for tenant in cfg.tenants:
         _control_plane(tenant, pulls)
         pulls.chart(cfg, "flannel", cfg.flannel_chart_version, tenant.name)

@@ -216,6 +216,11 @@ def test_capacity_needs_a_mix(tmp_path: Path):
         ("sharing", {}, "python -m labcheck.sharing --stack lab --report-dir reports/lab"),
         ("check", {}, "python -m labcheck --stack lab"),
         (
+            "ledger",
+            {"SINCE": "2h"},
+            "python -m capacity --stack lab --ledger --last 2h --report-dir reports/lab",
+        ),
+        (
             "capacity",
             {"MIX": "capacity/mixes/inference-heavy.yaml"},
             "python -m capacity --stack lab --mix capacity/mixes/inference-heavy.yaml "
@@ -302,6 +307,7 @@ def test_make_alone_lists_the_user_targets_and_installs_nothing(tmp_path: Path):
     assert done.returncode == 0, done.stderr
     listed = {line.split()[0] for line in done.stdout.splitlines()[1:]}
     user = {"up", "preview", "destroy", "check", "kubeconfig", "sharing", "capacity", "pulls"}
+    user |= {"ledger", "dashboard"}
     assert user | {"stack", "test", "test-real", "test-host"} == listed
     assert "preflight, plan, deploy after you confirm" in done.stdout
     assert not (tmp_path / "venv").exists()
@@ -317,3 +323,30 @@ def test_every_install_hint_pins_the_pulumi_cli_the_lab_was_tested_with():
     assert TOOL_INSTALL["pulumi"].endswith(f"sh -s -- --version {PULUMI_CLI}")
     # One complete kind hint: downloaded, made executable and moved onto PATH.
     assert TOOL_INSTALL["kind"].endswith("chmod +x ./kind && sudo mv ./kind /usr/local/bin/kind")
+
+
+@pytest.mark.parametrize(
+    ("output", "code", "says"),
+    [
+        ("http://172.30.255.254/d/kamaji-hami-lab-sharing", 0, "open http://172.30.255.254/d/"),
+        ("null", 1, "has no dashboard: monitoring.enabled and monitoring.grafana are off"),
+    ],
+)
+def test_dashboard_says_where_it_opens_or_that_the_stack_has_none(
+    output: str, code: int, says: str, tmp_path: Path
+):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("sh", "echo", "test", "[", "base64"):
+        found = shutil.which(tool)
+        if found:
+            (bin_dir / tool).symlink_to(found)
+    pulumi = bin_dir / "pulumi"
+    pulumi.write_text(f'#!/bin/sh\necho "$*" > {tmp_path / "args"}\necho {output}\n')
+    pulumi.chmod(0o755)
+    done = make("dashboard", tmp_path, bin_dir, PULUMI_CONFIG_PASSPHRASE="x", STACK="lab")
+    assert done.returncode == (2 if code else 0), done.stdout + done.stderr
+    assert says in done.stdout + done.stderr
+    assert (tmp_path / "args").read_text().split() == [
+        "stack", "output", "dashboardUrl", "--stack", "lab"
+    ]  # fmt: skip

@@ -356,7 +356,8 @@ def test_the_cache_is_the_real_tiers_programs_keyed_on_its_pins(job):
     for cache in (go_caches["GOMODCACHE"], go_caches["GOCACHE"]):
         assert not [p for p in cached_paths(restore) if Path(cache).is_relative_to(p)], cache
     key = restore["with"]["key"]
-    assert "hashFiles('tests/real/binaries.py')" in key
+    # The pins, and the sources of this repo's programs built with them (in their stamps too).
+    assert "hashFiles('tests/real/binaries.py', 'tests/real/programs/**')" in key
     assert "${{ env.GO_VERSION }}" in key  # part of every build's stamp (spec_digest)
     assert restore["with"]["restore-keys"].splitlines()[0] == key.split("${{ hashFiles")[0]
     assert 'echo "XDG_CACHE_HOME=$HOME/.cache" >> "$GITHUB_ENV"' in script(PULL_REQUEST, job)

@@ -12,6 +12,7 @@ from . import (
     isolation,
     konnectivity,
     management,
+    monitoring,
     registries,
     tenant,
     versions,
@@ -100,6 +101,18 @@ ALL_CHECKS: tuple[Check, ...] = (
         "Port-forward through Konnectivity",
         konnectivity.port_forward,
         requires=("nodes.joined",),
+    ),
+    Check(
+        "monitoring.targets",
+        "Prometheus scrapes the tenant through its API server",
+        monitoring.targets_up,
+        requires=API,
+    ),
+    Check(
+        "monitoring.truth",
+        "Prometheus's slices are what the tenant's pods and claims hold",
+        monitoring.metrics_match_objects,
+        requires=("monitoring.targets",),
     ),
     Check(
         "sharing.one-mode",

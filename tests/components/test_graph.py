@@ -49,9 +49,10 @@ def test_lab_registers_every_part_once_per_tenant(lab: ProgramRun):
     assert kinds["kamaji-hami-lab:index:SimulatedGpus"] == 2
     assert kinds["kamaji-hami-lab:index:Validation"] == 1
     releases = sorted(r.inputs["name"] for r in lab.of_type("kubernetes:helm.sh/v3:Release"))
-    assert releases == sorted(
-        ["cert-manager", "kamaji-crds", "kamaji", "metallb", "flannel", "flannel", "hami", "hami"]
-    )
+    platform = ["cert-manager", "kamaji-crds", "kamaji", "metallb", "prometheus", "grafana"]
+    assert releases == sorted([*platform, "flannel", "flannel", "hami", "hami"])
+    assert kinds["kamaji-hami-lab:index:MetricsReader"] == 2
+    assert kinds["kamaji-hami-lab:index:Monitoring"] == 1
 
 
 def test_network_is_ipv4_only_with_the_configured_subnet(lab: ProgramRun):
@@ -172,10 +173,14 @@ def test_outputs_a_user_needs(lab: ProgramRun):
 
 
 def test_a_third_tenant_adds_exactly_one_tenant_subtree(lab: ProgramRun):
+    """And, in the management cluster, the copy of its metrics reader's token for Prometheus."""
     bigger = run_program(three_tenants())
     added = Counter(r.type for r in bigger.resources) - Counter(r.type for r in lab.resources)
     subtree = Counter(r.type for r in bigger.subtree("tenant-c"))
-    assert added == subtree
+    assert bigger.named("monitoring-tenant-tenant-c-metrics-reader").type == (
+        "kubernetes:core/v1:Secret"
+    )
+    assert added == subtree + Counter({"kubernetes:core/v1:Secret": 1})
     assert subtree["docker:index/container:Container"] == 2  # tenant-c has two workers
     assert not Counter(r.type for r in lab.resources) - Counter(r.type for r in bigger.resources)
     assert {r.name for r in bigger.subtree("tenant-c")} >= {

@@ -160,8 +160,9 @@ def test_switching_one_tenant_to_real_gpus_changes_only_its_subtree(lab: Program
     switched = run_program({**config, "sshPrivateKey": SSH_KEY})
 
     # Lab-wide steps legitimately follow: the host preflight sizes for one container fewer,
-    # and validation re-runs on any change. Nothing else outside tenant-b may change.
-    lab_wide = ("preflight", "validation")
+    # validation re-runs on any change, and Prometheus reads tenant-b's vGPU monitor now.
+    # Nothing else outside tenant-b may change.
+    lab_wide = ("preflight", "validation", "monitoring-prometheus")
 
     def outside_b(run: ProgramRun) -> dict[str, tuple]:
         inside = {r.urn for r in run.subtree("tenant-b")}
@@ -173,6 +174,11 @@ def test_switching_one_tenant_to_real_gpus_changes_only_its_subtree(lab: Program
 
     assert outside_b(switched) == outside_b(lab)
     assert " --tenants 2 --workers 1 " in switched.named("preflight-checks").inputs["create"]
+    before, after = (
+        set(run.named("monitoring-prometheus").inputs["values"]["scrapeConfigs"])
+        for run in (lab, switched)
+    )
+    assert after - before == {"tenant-tenant-b-vgpu-monitor"} and before <= after
     inside = {r.name for r in switched.subtree("tenant-b")}
     assert {"gpu-host-b-prepare", "gpu-host-b-join", "gpu-host-b-registered"} <= inside
     assert "tenant-b-worker-1" not in inside

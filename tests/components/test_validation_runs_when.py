@@ -132,13 +132,21 @@ def test_the_fingerprint_of_a_stack_is_kept_until_it_sets_a_newer_key():
     site's, a tenant's controlPlaneCpuRequests) count once a stack sets them, and then change
     it."""
     plain = parse_config(LAB)
-    newer = {"registry_mirrors", "registry_mirror_auth", "chart_sources", "kamaji_git_url"}
+    newer = {
+        "registry_mirrors",
+        "registry_mirror_auth",
+        "chart_sources",
+        "kamaji_git_url",
+        "monitoring",
+        "grafana_admin_password",
+    }
     newer_per_tenant = {"control_plane_cpu_requests"}
     exclude = {**dict.fromkeys(newer, True), "tenants": {0: newer_per_tenant, 1: newer_per_tenant}}
     legacy = hashlib.sha256(plain.model_dump_json(exclude=exclude).encode()).hexdigest()
     assert config_fingerprint(plain) == legacy
     mirrored = parse_config({**LAB, "chartSources": {"hami": "oci://harbor.example.com/charts"}})
     assert config_fingerprint(mirrored) != legacy
+    assert config_fingerprint(parse_config({**LAB, "monitoring": {"retention": "30d"}})) != legacy
     tenants = [{**LAB["tenants"][0], "controlPlaneCpuRequests": {"apiServer": "100m"}}]
     smaller = parse_config({**LAB, "tenants": tenants + LAB["tenants"][1:]})
     assert config_fingerprint(smaller) != legacy

@@ -30,12 +30,14 @@ def test_healthy_lab_passes_and_cleans_up():
     assert out.ok
     skipped = {k for k, v in r.items() if v.status is Status.SKIP}
     dra_checks = ("dra.slices", "dra.sharing", "dra.exhaustion")
-    # tenant-a has a single card; memory limits need real GPUs; both tenants share with HAMi.
+    # tenant-a has a single card; memory limits need real GPUs; both tenants share with HAMi;
+    # the fake lab's spec has no Prometheus (tests/labcheck/test_monitoring_checks.py has).
+    monitoring = ("monitoring.targets", "monitoring.truth")
     assert skipped == {
         ("gpu.policy", "tenant-a"),
         ("gpu.memory-limit", "tenant-a"),
         ("gpu.memory-limit", "tenant-b"),
-        *((c, t) for c in dra_checks for t in ("tenant-a", "tenant-b")),
+        *((c, t) for c in dra_checks + monitoring for t in ("tenant-a", "tenant-b")),
     }
     assert r[("dra.slices", "tenant-a")].evidence == (
         "a check of dra: this tenant's gpuSharing is hami"

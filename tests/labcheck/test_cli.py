@@ -38,7 +38,8 @@ def test_spec_file_run_writes_reports_and_exits_zero(tmp_path):
     data = json.loads((tmp_path / "rep" / "labcheck-report.json").read_text())
     assert data["ok"] and data["runId"] == "c1" and data["summary"]["fail"] == 0
     suite = ET.parse(tmp_path / "rep" / "labcheck-junit.xml").getroot().find("testsuite")
-    assert suite.get("failures") == "0" and int(suite.get("skipped")) == 9
+    # 9, and the 4 monitoring checks of a spec without Prometheus
+    assert suite.get("failures") == "0" and int(suite.get("skipped")) == 13
 
 
 def test_failure_exits_one(tmp_path):

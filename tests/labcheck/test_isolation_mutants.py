@@ -41,7 +41,7 @@ class ScriptedCluster:
         self.answers = answers
         self.reads: list[str] = []
 
-    def get_raw(self, path: str) -> str:
+    def get_raw(self, path: str, query: list[tuple[str, str]] | None = None) -> str:
         self.reads.append(path)
         status = self.answers[path]
         if status == 200:

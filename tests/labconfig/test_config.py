@@ -14,6 +14,7 @@ from pydantic import SecretStr
 
 from labconfig.mirrors import RegistryMirror
 from labconfig.model import ConfigError, LabConfig, ProxyConfig
+from labconfig.monitoring import MonitoringConfig
 from labconfig.parse import parse_config
 from labconfig.stack import SECRET_KEYS, read_stack_config
 from tests.support.pulumi_harness import (
@@ -70,7 +71,7 @@ def test_pulumi_yaml_declares_each_key_with_the_type_the_model_reads():
     declared = yaml.safe_load((PROJECT_DIR / "Pulumi.yaml").read_text())["config"]
     pulumi_type = {
         bool: "boolean", int: "integer", str: "string", SecretStr: "string", ProxyConfig: "object",
-        dict[str, str]: "object", tuple[RegistryMirror, ...]: "array",
+        dict[str, str]: "object", tuple[RegistryMirror, ...]: "array", MonitoringConfig: "object",
     }  # fmt: skip
     for name, field in LabConfig.model_fields.items():
         spec = declared[f"{PROJECT}:{field.alias or name}"]
@@ -82,7 +83,12 @@ def test_pulumi_yaml_declares_each_key_with_the_type_the_model_reads():
 
 def test_pulumi_yaml_tells_how_to_set_each_secret_key():
     config = yaml.safe_load((PROJECT_DIR / "Pulumi.yaml").read_text())["config"]
-    assert SECRET_KEYS == ("managementKubeconfig", "sshPrivateKey", "registryMirrorAuth")
+    assert SECRET_KEYS == (
+        "managementKubeconfig",
+        "sshPrivateKey",
+        "registryMirrorAuth",
+        "grafanaAdminPassword",
+    )
     for key in SECRET_KEYS:
         assert f"pulumi config set --secret {key}" in config[f"{PROJECT}:{key}"]["description"]
 

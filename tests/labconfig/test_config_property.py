@@ -155,6 +155,7 @@ def assert_plan_is_consistent(cfg: LabConfig) -> None:
     assert list(plan.tenant_addresses) == [t.name for t in cfg.tenants]
     assert len(set(addresses)) == len(addresses)
     assert all(int(a) in pool for a in addresses)
+    assert plan.dashboard_address == plan.pool_end and plan.pool_end not in addresses
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -253,7 +254,8 @@ def broken_network_rules(raw: dict[str, Any]) -> set[str]:
     the workers plus 4; the gateway is the subnet's first host; the default pool is the 50
     addresses below the broadcast, above the container range; a poolRange lies in the subnet
     off its first and last address, off the container range and the gateway, and holds one
-    address per tenant; a pinned tenant address is in the pool and pinned once; the default
+    address per tenant and, last, the dashboard's; a pinned tenant address is in the pool, not
+    the dashboard's, and pinned once; the default
     podCidr 10.244.0.0/16 and serviceCidr 10.96.0.0/16 stay off the lab subnet."""
     subnet = ipaddress.IPv4Network(raw["subnet"])
     first, last = int(subnet.network_address), int(subnet.broadcast_address)
@@ -277,13 +279,13 @@ def broken_network_rules(raw: dict[str, Any]) -> set[str]:
     else:
         end, pool_key = last - 1, "subnet"
         start = max(containers_last + 1, end - 50 + 1)
-    if end - start + 1 < len(tenants):
+    if end - start + 1 < len(tenants) + 1:
         broken.add(pool_key)
     pinned: set[str] = set()
     for index, t in enumerate(tenants):
         if "address" in t:
             address = int(ipaddress.IPv4Address(t["address"]))
-            if not start <= address <= end or t["address"] in pinned:
+            if not start <= address < end or t["address"] in pinned:
                 broken.add(f"tenants[{index}].address")
             pinned.add(t["address"])
         for key, default in (("podCidr", "10.244.0.0/16"), ("serviceCidr", "10.96.0.0/16")):

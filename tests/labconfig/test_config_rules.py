@@ -375,21 +375,31 @@ def test_a_pool_right_at_the_allowed_edges_passes():
         "10.0.0.254",
         127,
     )
+    no_dashboard = {"monitoring": {"grafana": False}}
     plan = plan_network(
-        parse_config({**tenant(), **SUBNET, "poolRange": " 10.0.0.200 - 10.0.0.200"})
+        parse_config(
+            {**tenant(), **SUBNET, **no_dashboard, "poolRange": " 10.0.0.200 - 10.0.0.200"}
+        )
     )
     assert plan.pool_range == "10.0.0.200-10.0.0.200"  # a one-address pool, spaces trimmed
 
 
-def test_a_pool_just_right_for_the_tenants_passes_and_one_short_is_named():
+def test_a_pool_just_right_for_the_tenants_and_the_dashboard_passes_and_one_short_is_named():
     two = {"tenants": [{"name": "a"}, {"name": "b"}], **SUBNET}
-    plan = plan_network(parse_config({**two, "poolRange": "10.0.0.200-10.0.0.201"}))
+    plan = plan_network(parse_config({**two, "poolRange": "10.0.0.200-10.0.0.202"}))
     assert [str(a) for a in plan.tenant_addresses.values()] == ["10.0.0.200", "10.0.0.201"]
+    assert str(plan.dashboard_address) == "10.0.0.202"  # the pool's last
     refused(
-        {**two, "poolRange": "10.0.0.200-10.0.0.200"},
+        {**two, "poolRange": "10.0.0.200-10.0.0.201"},
         "poolRange",
-        "has 1 addresses for 2 tenants",
+        "has 2 addresses for 2 tenants and the dashboard",
     )
+    # Without Grafana (or without monitoring) the tenants have the whole pool.
+    for off in ({"grafana": False}, {"enabled": False}):
+        plan = plan_network(
+            parse_config({**two, "monitoring": off, "poolRange": "10.0.0.200-10.0.0.201"})
+        )
+        assert (len(plan.tenant_addresses), plan.dashboard_address) == (2, None)
 
 
 def test_the_default_pool_is_the_fifty_addresses_below_the_broadcast():
@@ -482,11 +492,12 @@ def test_pinned_tenant_addresses_must_be_in_the_pool_and_distinct():
     pool = {**SUBNET, "poolRange": "10.0.0.200-10.0.0.210"}
     refused({**tenant(address="10.0.0.211"), **pool}, "tenants[0].address", "outside the pool")
     refused({**tenant(address="10.0.0.199"), **pool}, "tenants[0].address", "outside the pool")
-    two = {"tenants": [{"name": "a", "address": "10.0.0.210"}, {"name": "b"}], **pool}
+    two = {"tenants": [{"name": "a", "address": "10.0.0.209"}, {"name": "b"}], **pool}
     assert {k: str(v) for k, v in plan_network(parse_config(two)).tenant_addresses.items()} == {
-        "a": "10.0.0.210",
+        "a": "10.0.0.209",
         "b": "10.0.0.200",
     }
+    refused({**tenant(address="10.0.0.210"), **pool}, "tenants[0].address", "the dashboard's")
     same = {
         "tenants": [{"name": "a", "address": "10.0.0.205"}, {"name": "b", "address": "10.0.0.205"}]
     }

@@ -7,11 +7,14 @@ from dataclasses import replace
 
 import pytest
 
+from builders.monitoring_values import grafana_values, prometheus_values
+from labconfig.monitoring import MonitoringConfig
 from labconfig.parse import parse_config
 from planning.footprint import (
     CONTROL_PLANE,
     GPU_STACK,
     MANAGEMENT,
+    MONITORING,
     WORKER,
     Footprint,
     lab_footprint,
@@ -40,12 +43,13 @@ def lab_with(*requests: dict[str, str] | None) -> dict:
 
 
 def test_the_lab_stack_needs_its_parts_and_one_more_control_plane_pod():
-    """Two tenants of one worker each: 3.65 CPUs, 5504 MB, 16 GB, within 4 CPUs and 8 GB."""
+    """Two tenants of one worker each, and the monitoring: 3.65 CPUs, 5888 MB, 17 GB, within 4
+    CPUs and 8 GB."""
     footprint = host_plan(parse_config(lab_stack_config())).sizing.footprint
     surge = Footprint(cpus=0.45, memory_mb=0, disk_gb=0)
-    parts = MANAGEMENT + (CONTROL_PLANE + GPU_STACK) * 2 + WORKER * 2
+    parts = MANAGEMENT + (CONTROL_PLANE + GPU_STACK) * 2 + WORKER * 2 + MONITORING
     assert footprint == parts + surge
-    assert (round(footprint.cpus, 2), footprint.memory_mb, footprint.disk_gb) == (3.65, 5504, 16)
+    assert (round(footprint.cpus, 2), footprint.memory_mb, footprint.disk_gb) == (3.65, 5888, 17)
     assert footprint.cpus <= 4 and footprint.memory_mb <= 8192
 
 
@@ -55,8 +59,21 @@ def test_the_surge_is_one_pod_of_the_largest_tenant():
     cpus = [0.45, 1.2, 0.2]
     tenants = sum((replace(CONTROL_PLANE, cpus=c) + GPU_STACK for c in cpus), Footprint(0, 0, 0))
     surge = Footprint(cpus=1.2, memory_mb=0, disk_gb=0)
-    assert lab_footprint(cpus, 1) == MANAGEMENT + tenants + surge + WORKER
-    assert lab_footprint([], 0) == MANAGEMENT  # no tenant, nothing rolls
+    assert lab_footprint(cpus, 1) == MANAGEMENT + tenants + surge + WORKER + MONITORING
+    assert lab_footprint([], 0, monitoring=False) == MANAGEMENT  # no tenant, nothing rolls
+
+
+def test_the_monitoring_asks_memory_and_no_cpu_the_tenants_rollouts_need():
+    """What Prometheus and Grafana request is what the footprint counts; no CPU request."""
+    values = prometheus_values(MonitoringConfig(), [])
+    grafana = grafana_values("172.30.255.254", admin_secret=False)
+    requests = [values["server"]["resources"]["requests"], grafana["resources"]["requests"]]
+    assert all("cpu" not in r for r in requests)
+    assert sum(int(r["memory"].removesuffix("Mi")) for r in requests) == MONITORING.memory_mb
+    assert MONITORING.cpus == 0
+    off = host_plan(parse_config({**lab_stack_config(), "monitoring": {"enabled": False}}))
+    on = host_plan(parse_config(lab_stack_config()))
+    assert on.sizing.footprint.memory_mb - off.sizing.footprint.memory_mb == 384
 
 
 def test_a_tenant_s_control_plane_cpu_requests_move_the_footprint():
@@ -65,7 +82,7 @@ def test_a_tenant_s_control_plane_cpu_requests_move_the_footprint():
     assert sizing.control_plane_cpus == (0.2, 1.2)
     # 1.2 management + 0.2 + 1.2 control planes + 0.5 GPU stacks + 0.6 workers + 1.2 surge
     assert sizing.footprint.cpus == pytest.approx(4.9)
-    assert sizing.footprint.memory_mb == 5504  # memory requests stay as they are
+    assert sizing.footprint.memory_mb == 5888  # memory requests stay as they are
 
 
 def test_a_stack_with_the_default_requests_keeps_its_sizing():

@@ -134,7 +134,7 @@ def test_a_resize_of_a_running_lab_needs_room_only_for_what_it_adds():
     memory = next(f for f in check_host(host, grown, Sizing(2, 2)) if f.check == "memory")
     assert memory.detail == (
         "3000 MB available for the 1728 MB the lab still needs "
-        "(it requests 7232 MB, 5504 MB of it already running)"
+        "(it requests 7616 MB, 5888 MB of it already running)"
     )
 
 

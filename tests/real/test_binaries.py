@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import os
 import re
@@ -73,6 +75,22 @@ def test_a_sets_own_program_is_rebuilt_when_its_source_changes(tmp_path, monkeyp
     assert binaries.spec_digest(tool, "go1.26.8") != before
 
 
+def test_build_tags_change_a_sets_digest_and_a_set_without_tags_keeps_its_old_one():
+    plain = binaries.BinarySet("tool", "example.com/m", "v1.0.0", ("example.com/m/cmd",), "v1.0.0")
+    payload = [dataclasses.asdict(plain), "go1.26.8"]
+    for field in ("programs", "pins", "bin_subdir", "tags"):
+        del payload[0][field]
+    before_tags_existed = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+    assert binaries.spec_digest(plain, "go1.26.8") == before_tags_existed
+    tagged = dataclasses.replace(plain, tags=("remove_all_sd",))
+    assert binaries.spec_digest(tagged, "go1.26.8") != before_tags_existed
+
+
+def test_prometheus_module_versions_are_its_v3_releases():
+    assert binaries.prometheus_release("v0.316.0") == "3.16.0"
+    assert binaries.prometheus_release("v0.300.1") == "3.0.1"
+
+
 def test_the_wrapper_go_mod_requires_the_module_and_replaces():
     kubernetes = next(s for s in BINARY_SETS if s.name == "kubernetes")
     assert wrapper_go_mod(kubernetes, "1.25.0", ["k8s.io/api => k8s.io/api v0.35.4"]) == (
@@ -115,6 +133,8 @@ def test_the_kubernetes_wrapper_replaces_every_staging_module_of_the_served_go_m
         ("etcd", ["--version"], "etcd Version: 3.6.5"),
         ("kwok", ["--version"], "v0.8.0"),
         ("pulumi", ["version"], "v3.274.1"),
+        ("prometheus", ["--version"], "prometheus, version 3.16.0"),
+        ("promtool", ["--version"], "promtool, version 3.16.0"),
     ],
 )
 def test_each_program_reports_its_pinned_version(binary, args, expected):

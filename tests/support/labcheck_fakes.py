@@ -266,13 +266,27 @@ class FakeServer:
         # hostPath volume runs its command here (run_on_node); a bound pod elsewhere waits.
         self.node_roots: dict[str, Path] = {}
         self.git_version = "v1.35.0"  # what /version serves
+        # The management cluster's Prometheus behind its service proxy: PromQL -> the vector
+        # it answers (a list of {"metric": {...}, "value": [t, "v"]}), or an error text.
+        self.prometheus: dict[str, list[Obj] | str] = {}
+        self.prometheus_queries: list[tuple[str, dict[str, str]]] = []
 
     # --- protocol ---------------------------------------------------------------------
     def version(self) -> Obj:
         return {"gitVersion": self.git_version}
 
-    def get_raw(self, path: str) -> str:
+    def get_raw(self, path: str, query: list[tuple[str, str]] | None = None) -> str:
+        if path.endswith("/proxy/api/v1/query"):
+            return self._prometheus_answer(path, dict(query or []))
         return self.knobs.readyz if path.startswith("/readyz") else '{"items": []}'
+
+    def _prometheus_answer(self, path: str, query: dict[str, str]) -> str:
+        self.prometheus_queries.append((path, query))
+        answer = self.prometheus.get(query["query"], [])
+        if isinstance(answer, str):
+            return json.dumps({"status": "error", "errorType": "bad_data", "error": answer})
+        data = {"resultType": "vector", "result": answer}
+        return json.dumps({"status": "success", "data": data})
 
     def list_nodes(self) -> list[Obj]:
         return copy.deepcopy(list(self.nodes.values()))

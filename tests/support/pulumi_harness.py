@@ -46,6 +46,12 @@ PROJECT = "kamaji-hami-lab"
 SECRET_SIG = "4dabf18193072939515e22adb298388d"
 SECRET_MARK = "1b47061264138c4ac30d75fd1eb44270"
 
+# A tenant token Secret as its controller fills it (base64, as Secret data).
+FAKE_READER_TOKEN_DATA = {
+    "token": base64.b64encode(b"fake-reader-token").decode(),
+    "ca.crt": base64.b64encode(b"-----BEGIN CERTIFICATE-----\nfake\n").decode(),
+    "namespace": base64.b64encode(b"kube-system").decode(),
+}
 FAKE_KUBECONFIG = yaml.safe_dump(
     {
         "apiVersion": "v1",
@@ -332,6 +338,12 @@ class LabMocks(pulumi.runtime.Mocks):
             state["imageId"] = "sha256:" + "0" * 64
         elif args.typ == "docker:index/network:Network":
             state.setdefault("name", name)
+        elif (
+            args.typ == "kubernetes:core/v1:Secret"
+            and args.inputs.get("type") == "kubernetes.io/service-account-token"
+        ):
+            # What the tenant's token controller writes, and the provider waits for.
+            state["data"] = FAKE_READER_TOKEN_DATA
         elif args.typ == "pulumi:pulumi:StackReference":
             state["outputs"] = {"managementKubeconfig": FAKE_KUBECONFIG}
             state["secretOutputNames"] = ["managementKubeconfig"]
