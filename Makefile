@@ -15,7 +15,7 @@ STATE_DIR := $(HOME)/.pulumi-kamaji-hami-lab
 # The Pulumi CLI the lab was run and tested with (preflight/checks.py PULUMI_CLI, the workflows).
 PULUMI_CLI := 3.274.1
 INSTALL_pulumi  := curl -fsSL https://get.pulumi.com | sh -s -- --version $(PULUMI_CLI)
-INSTALL_kind    := go install sigs.k8s.io/kind@v0.31.0, or curl -Lo ./kind https://kind.sigs.k8s.io/dl/v0.31.0/kind-linux-amd64 && chmod +x ./kind && sudo mv ./kind /usr/local/bin/kind
+INSTALL_kind    := go install sigs.k8s.io/kind@v0.33.0, or curl -Lo ./kind https://kind.sigs.k8s.io/dl/v0.33.0/kind-linux-amd64 && chmod +x ./kind && sudo mv ./kind /usr/local/bin/kind
 INSTALL_docker  := Docker Engine, rootful: https://docs.docker.com/engine/install/
 INSTALL_kubectl := https://kubernetes.io/docs/tasks/tools/install-kubectl-linux/
 INSTALL_curl    := e.g. sudo apt-get install curl

@@ -20,6 +20,9 @@ class KamajiSource:
     chart_tree: str
     crds_chart_tree: str
     etcd_chart_version: str  # kamaji-etcd in charts/kamaji/Chart.lock
+    # `KubeadmVersion` in internal/upgrade/kubeadm_version.go: Kamaji's webhook refuses a
+    # TenantControlPlane whose minor is above it (upstream fact `kamaji-kubeadm-ceiling`).
+    kubeadm_version: str
 
 
 # Checked in clastix/kamaji: `git rev-parse <tag>^{commit} <tag>:charts/kamaji ...`.
@@ -30,6 +33,7 @@ KAMAJI_SOURCES: dict[str, KamajiSource] = {
         chart_tree="844f16ac9d4eaf0532b47f263f3ce2556d5633e5",
         crds_chart_tree="492465f5b4df1d06c3db5b3d444ecd11a32456a9",
         etcd_chart_version="0.15.0",
+        kubeadm_version="v1.36.0",
     ),
 }
 

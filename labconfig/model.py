@@ -41,23 +41,37 @@ from labconfig.mirrors import (
     check_registry_mirrors,
 )
 from labconfig.monitoring import MonitoringConfig
+from labconfig.node_images import KIND_NODE_IMAGE, WORKER_IMAGES
 from labconfig.preflight_checks import PREFLIGHT_CHECKS
+from labconfig.versions import kubernetes_minor
 
 PROJECT = "kamaji-hami-lab"
 
-KIND_NODE_IMAGE = (
-    "kindest/node:v1.35.0@sha256:452d707d4862f52530247495d180205e029056831160e22870e37e3f6c1ac31f"
-)
 # Stock Python (the agent needs only the standard library), pinned by digest.
 GPU_AGENT_IMAGE = (
     "python:3.13.7-alpine3.22"
     "@sha256:9ba6d8cbebf0fb6546ae71f2a1c14f6ffd2fdab83af7fa5669734ef30ad48844"
 )
-# kindest/node images by Kubernetes version, pinned by digest as kind asks. A tenant whose
-# version is not here must name its own `workerImage`.
-WORKER_IMAGES: dict[str, str] = {"v1.35.0": KIND_NODE_IMAGE}
-# Kamaji edge accepts tenant versions up to v1.36.x; its e2e runs v1.35.
-SUPPORTED_TENANT_MINORS = range(31, 37)
+# kubeadm reads only its v1beta4 config format, which the workers' join writes, from v1.31 on.
+OLDEST_TENANT_MINOR = (1, 31)
+DEFAULT_KAMAJI_TAG = "26.8.2-edge"
+
+
+def tenant_ceiling(kamaji_tag: str) -> tuple[int, int]:
+    """The newest tenant minor that Kamaji `kamaji_tag` accepts: its webhook refuses a
+    TenantControlPlane above its kubeadm's minor (`kamaji-kubeadm-ceiling`)."""
+    return kubernetes_minor(kamaji_source(kamaji_tag).kubeadm_version)
+
+
+def _newest_pinned(ceiling: tuple[int, int]) -> str:
+    fitting = (v for v in WORKER_IMAGES if OLDEST_TENANT_MINOR <= kubernetes_minor(v) <= ceiling)
+    return max(fitting, key=lambda v: tuple(int(part) for part in v[1:].split(".")))
+
+
+# The tenant minors the lab accepts with its pinned Kamaji.
+SUPPORTED_TENANT_MINORS = range(OLDEST_TENANT_MINOR[1], tenant_ceiling(DEFAULT_KAMAJI_TAG)[1] + 1)
+# The newest version the whole chain runs: Kamaji's ceiling, and a worker image kind publishes.
+DEFAULT_TENANT_VERSION = _newest_pinned(tenant_ceiling(DEFAULT_KAMAJI_TAG))
 
 # fullmatch, never match: "$" also matches before a trailing newline ("a\n" passed).
 DNS_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
@@ -196,7 +210,7 @@ GpuSharing = Literal["hami", "dra"]
 
 class TenantConfig(ConfigModel):
     name: DnsLabel = Field(min_length=1, max_length=40)
-    kubernetes_version: str = "v1.35.0"
+    kubernetes_version: str = DEFAULT_TENANT_VERSION
     worker_image: str | None = None
     workers: int = Field(default=1, ge=1, le=20)
     worker_mode: Literal["container", "remote"] = "container"
@@ -219,11 +233,12 @@ class TenantConfig(ConfigModel):
         match = K8S_VERSION.fullmatch(value)
         if not match:
             raise ValueError("must look like v1.35.0")
-        minor = int(match.group(1))
-        if minor not in SUPPORTED_TENANT_MINORS:
-            lo, hi = SUPPORTED_TENANT_MINORS.start, SUPPORTED_TENANT_MINORS.stop - 1
-            raise ValueError(f"Kamaji supports tenant versions v1.{lo} to v1.{hi}")
-        return value
+        if kubernetes_minor(value) < OLDEST_TENANT_MINOR:
+            raise ValueError(
+                f"must be v1.{OLDEST_TENANT_MINOR[1]}.0 or newer: the workers join with "
+                "kubeadm's v1beta4 config, which older kubeadm cannot read"
+            )
+        return value  # the ceiling depends on kamajiImageTag: parse_config checks it
 
     @property
     def node_image(self) -> str:
@@ -265,7 +280,7 @@ class LabConfig(ConfigModel):
     cert_manager_version: str = "v1.18.3"
     metallb_version: str = "0.15.3"
     # Kamaji's charts come from this tag's commit (labconfig/kamaji_sources.py).
-    kamaji_image_tag: str = "26.8.2-edge"
+    kamaji_image_tag: str = DEFAULT_KAMAJI_TAG
     kamaji_etcd_replicas: int = Field(default=1, ge=1, le=5)
     kamaji_etcd_volume_size: str = "2Gi"
     flannel_chart_version: str = "v0.28.9"

@@ -25,6 +25,7 @@ from labconfig.model import (
     LabConfig,
     TenantConfig,
     kind_node_container,
+    tenant_ceiling,
 )
 from labconfig.versions import kubernetes_minor
 
@@ -46,6 +47,7 @@ def _check_tenants(cfg: LabConfig, secrets_set: bool) -> None:
                 f"duplicate tenant name {tenant.name!r} (also tenants[{seen[tenant.name]}])",
             )
         seen[tenant.name] = index
+        _check_ceiling(cfg, tenant, key)
         for gpu_index, gpu in enumerate(tenant.gpus):
             if lookup_model(gpu.model) is None and gpu.memory_mb is None:
                 raise ConfigError(
@@ -64,6 +66,17 @@ def _check_tenants(cfg: LabConfig, secrets_set: bool) -> None:
         _check_workers(cfg, tenant, key, secrets_set)
         _check_gpu_mode(tenant, key)
         _check_gpu_sharing(tenant, key)
+
+
+def _check_ceiling(cfg: LabConfig, tenant: TenantConfig, key: str) -> None:
+    ceiling = "v{}.{}".format(*tenant_ceiling(cfg.kamaji_image_tag))
+    if kubernetes_minor(tenant.kubernetes_version) > kubernetes_minor(ceiling):
+        raise ConfigError(
+            f"{key}.kubernetesVersion",
+            f"{tenant.kubernetes_version} is newer than {ceiling}, the newest tenant version "
+            f"Kamaji {cfg.kamaji_image_tag} runs: its webhook refuses a TenantControlPlane above "
+            f"the kubeadm it is built with ({ceiling}); use {ceiling} or older (docs/versions.md)",
+        )
 
 
 def _check_workers(cfg: LabConfig, tenant: TenantConfig, key: str, secrets_set: bool) -> None:

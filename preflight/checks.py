@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from labconfig.node_images import KIND_RELEASE
 from labconfig.versions import kubernetes_minor
 from planning.footprint import Footprint
 from planning.host_plan import HostPlan, Sizing
@@ -25,10 +26,9 @@ from preflight.host_facts import (
 
 MIN_INOTIFY_INSTANCES = 1024
 MIN_INOTIFY_WATCHES = 524288
-# kind vouches only for the node images listed for its own release; the pinned
-# kindest/node:v1.35.0 digest is v0.31.0's default (v0.32.0 defaults to v1.36.1).
-KIND_MINOR = (0, 31)
-KIND_RELEASE = "v0.31.0"
+# kind vouches only for the node images listed for its own release; the pinned management
+# node image is KIND_RELEASE's default (labconfig/node_images.py).
+KIND_MINOR = kubernetes_minor(KIND_RELEASE)
 
 SYSCTL_D = "/etc/sysctl.d/90-kamaji-hami-lab"
 BRIDGE_NF = "/proc/sys/net/bridge/bridge-nf-call-iptables"

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from labconfig.model import KIND_NODE_IMAGE
+from labconfig.model import DEFAULT_TENANT_VERSION, KIND_NODE_IMAGE
+from labconfig.versions import kubernetes_minor
 from preflight.checks import KIND_RELEASE
 from tests.support.modules import load_module
 from tests.support.pulumi_harness import FAKE_KUBECONFIG, PROJECT_DIR
@@ -182,11 +183,13 @@ def test_the_job_installs_the_kind_release_the_preflight_asks_for():
     assert f"go install sigs.k8s.io/kind@{KIND_RELEASE}" in script()
 
 
-def test_the_jobs_kubectl_is_within_one_minor_of_the_kind_node_image():
+def test_the_jobs_kubectl_is_within_one_minor_of_the_kind_node_image_and_the_tenants():
     kubectl = re.search(r"dl\.k8s\.io/release/v1\.(\d+)\.\d+/bin/linux/amd64/kubectl", script())
     node = re.search(r"kindest/node:v1\.(\d+)\.", KIND_NODE_IMAGE)
     assert kubectl and node
     assert abs(int(kubectl.group(1)) - int(node.group(1))) <= 1
+    # the lab stack's tenants run the default version (the preflight checks every API server)
+    assert abs(int(kubectl.group(1)) - kubernetes_minor(DEFAULT_TENANT_VERSION)[1]) <= 1
 
 
 def test_the_job_leaves_the_hosts_conntrack_table_alone():

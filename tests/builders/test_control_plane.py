@@ -27,7 +27,7 @@ def test_tenant_control_plane_fields():
     service = spec["controlPlane"]["service"]
     assert service["serviceType"] == "LoadBalancer"
     assert service["additionalMetadata"]["annotations"] == {"metallb.io/loadBalancerIPs": address}
-    assert spec["kubernetes"]["version"] == "v1.35.0"
+    assert spec["kubernetes"]["version"] == "v1.36.4"
     patches = {
         p["path"]: p["value"] for p in spec["kubernetes"]["kubelet"]["configurationJSONPatches"]
     }

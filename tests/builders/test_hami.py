@@ -28,7 +28,7 @@ def test_hami_values_for_simulated_gpus():
     assert image == {
         "registry": "registry.k8s.io",
         "repository": "kube-scheduler",
-        "tag": "v1.35.0",
+        "tag": "v1.36.4",
     }
     assert "--node-lock-timeout=5m" in values["scheduler"]["extender"]["extraArgs"]
     assert values["scheduler"]["defaultSchedulerPolicy"] == {

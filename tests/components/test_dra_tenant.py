@@ -39,8 +39,14 @@ def test_hami_dra_comes_after_the_tenants_cni_and_its_cert_manager(dra: ProgramR
 
 
 def test_the_dra_tenants_components_get_the_gate_its_version_lacks(dra: ProgramRun):
-    tcp = dra.named("tenant-dra-control-plane").inputs
+    """v1.35 lacks the gate (alpha, off): its scheduler gets it; v1.36, the default, has it on."""
+    config = stack_config("dra")
+    config["tenants"] = [{**t, "kubernetesVersion": "v1.35.8"} for t in config["tenants"]]
+    on_135 = run_program(config, stack="dra")
+    tcp = on_135.named("tenant-dra-control-plane").inputs
     extra = tcp["spec"]["controlPlane"]["deployment"]["extraArgs"]
     assert extra["scheduler"] == ["--feature-gates=DRAConsumableCapacity=true"]
-    hami_tcp = dra.named("tenant-hami-control-plane").inputs
+    hami_tcp = on_135.named("tenant-hami-control-plane").inputs
     assert "scheduler" not in hami_tcp["spec"]["controlPlane"]["deployment"]["extraArgs"]
+    default = dra.named("tenant-dra-control-plane").inputs
+    assert "scheduler" not in default["spec"]["controlPlane"]["deployment"]["extraArgs"]

@@ -67,7 +67,7 @@ def test_kind_uses_the_lab_network_and_hides_its_kubeconfig(lab: ProgramRun):
     kind = lab.named("management-kind")
     env = kind.inputs["environment"]
     assert env["KIND_EXPERIMENTAL_DOCKER_NETWORK"] == "kamaji-hami-lab"
-    assert "sha256:452d707d" in env["KIND_CONFIG"]
+    assert "sha256:a1ed56cf" in env["KIND_CONFIG"]
     assert kind.secret_outputs == ["stdout"]
     assert kind.inputs["logging"] == "stderr"
     assert lab.named("lab-network-bridge").urn in lab.depends_on(kind.urn)
@@ -136,7 +136,7 @@ def test_worker_container_and_join(lab: ProgramRun):
     assert worker.inputs["privileged"] is True
     assert worker.inputs["image"] == "sha256:" + "0" * 64  # the pinned RemoteImage's id
     image = lab.named("tenant-a-workers-image")
-    assert image.inputs["name"].startswith("kindest/node:v1.35.0@sha256:")
+    assert image.inputs["name"].startswith("kindest/node:v1.36.4@sha256:")
     join = lab.named("tenant-a-worker-1-join")
     assert "environment.LAB_KUBECONFIG" in join.secret_inputs
     assert "kubeadm token create" in join.inputs["create"]

@@ -31,8 +31,8 @@ def test_the_command_line_carries_the_whole_plan():
     assert preflight_command(plan, python="/opt/lab venv/python") == (
         "'/opt/lab venv/python' -m preflight --tenants 2 --workers 2 "
         "--kube-proxy-version v1.35.0 --kube-proxy-version v1.36.0 "
-        "--tenant-version tenant-a=v1.35.0 --tenant-version tenant-b=v1.35.0 "
-        "--management-version v1.35.0 "
+        "--tenant-version tenant-a=v1.36.4 --tenant-version tenant-b=v1.36.4 "
+        "--management-version v1.37.0 "
         "--network kamaji-hami-lab --subnet 172.30.0.0/16 --kind-cluster --kamaji-charts"
     )
     # What the command's run rebuilds from its flags is the plan itself, field by field.
@@ -79,9 +79,9 @@ def test_the_program_registers_an_update_path_and_no_replacing_triggers():
     check = run.named("preflight-checks")
     assert check.inputs["update"].endswith('--previous "${PULUMI_COMMAND_STDOUT:-}"')
     assert check.inputs["create"].split(" -m ")[1] == (
-        "preflight --tenants 2 --workers 2 --kube-proxy-version v1.35.0 "
-        "--tenant-version tenant-a=v1.35.0 --tenant-version tenant-b=v1.35.0 "
-        "--management-version v1.35.0 "
+        "preflight --tenants 2 --workers 2 --kube-proxy-version v1.36.4 "
+        "--tenant-version tenant-a=v1.36.4 --tenant-version tenant-b=v1.36.4 "
+        "--management-version v1.37.0 "
         "--network kamaji-hami-lab --subnet 172.30.0.0/16 --kind-cluster --kamaji-charts"
     )
     assert "triggers" not in check.inputs

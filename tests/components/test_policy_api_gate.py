@@ -137,7 +137,13 @@ def test_it_gives_up_naming_the_flags_to_check(gate):
 
 
 @pytest.mark.parametrize("tenant", ["tenant-a", "tenant-b"])
-def test_both_policy_sets_wait_for_the_gate(lab: ProgramRun, tenant: str):
+def test_both_policy_sets_wait_for_the_gate(lab_135: ProgramRun, lab: ProgramRun, tenant: str):
+    """On v1.35 the gate waits for the flags that switch the beta API on; on v1.36 (the
+    default) for the GA API alone."""
+    default = lab.named(f"{tenant}-policy-api-ready")
+    assert default.inputs["environment"]["POLICY_API"] == "admissionregistration.k8s.io/v1"
+    assert "MutatingAdmissionPolicy" not in str(default.inputs["triggers"])
+    lab = lab_135
     gate = lab.named(f"{tenant}-policy-api-ready")
     environment = gate.inputs["environment"]
     assert environment["POLICY_API"] == "admissionregistration.k8s.io/v1beta1"

@@ -61,7 +61,7 @@ def test_real_gpu_stack_prepares_and_joins_remote_hosts(gpu: ProgramRun):
     assert join.is_secret("stdin")  # the tenant admin kubeconfig
     prepare = gpu.named("gpu-host-2-prepare").inputs["create"]
     assert "nvidia-smi" in prepare and "nvidia-ctk" in prepare
-    assert "kubeadm=1.35.0-*" in prepare
+    assert "kubeadm=1.36.4-*" in prepare
 
 
 def test_real_gpu_stack_runs_the_real_device_plugin_only(gpu: ProgramRun):

@@ -11,7 +11,7 @@ from gpu_agent import parse_config as parse_agent_config
 from gpu_agent.hami import register_value
 from tests.support.pulumi_harness import ProgramRun, lab_stack_config, run_program, stack_config
 
-API = "kubernetes:admissionregistration.k8s.io/v1beta1"
+API = "kubernetes:admissionregistration.k8s.io/v1"  # GA from v1.36, the default
 POLICY, BINDING = f"{API}:MutatingAdmissionPolicy", f"{API}:MutatingAdmissionPolicyBinding"
 
 

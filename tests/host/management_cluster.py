@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from docker_host import Docker
-from node_image import BuildPaths
+from node_image import BuildPaths, lab_kind_dir
 from program import CreatedNetwork
 from test_node_image import mirrored_run
 from test_workers import claimed
@@ -50,7 +50,8 @@ def run_script(
     docker: Docker, tier_cache: Path, script: str, environment: dict[str, str]
 ) -> subprocess.CompletedProcess[str]:
     """As pulumi-command runs it: `sh -c`, the resource's environment over the process's."""
-    path = f"{BuildPaths.under(tier_cache).bin}{os.pathsep}{os.environ['PATH']}"
+    paths = BuildPaths.under(tier_cache)
+    path = os.pathsep.join((str(lab_kind_dir(paths)), str(paths.bin), os.environ["PATH"]))
     with tempfile.TemporaryDirectory() as home:  # kind and docker write nothing of the user's
         env = {**docker.env(), **environment, "PATH": path, "HOME": home}
         return subprocess.run(

@@ -55,6 +55,8 @@ if str(REAL_TIER) not in sys.path:
 
 import binaries  # noqa: E402  (tests/real/binaries.py: the Go build machinery and its caches)
 
+from labconfig.node_images import KIND_RELEASE as LAB_KIND_RELEASE  # noqa: E402
+
 KIND_VERSION = "v0.31.0"
 KIND_MODULE = "sigs.k8s.io/kind"
 K8S_VERSION = binaries.K8S_VERSION
@@ -341,6 +343,17 @@ KIND_SET = binaries.BinarySet(
     packages=(KIND_MODULE,),
     local_replace_version=KIND_VERSION,
 )
+# The kind release the program asks for (the preflight's), which creates and deletes the
+# management cluster (management_cluster.run_script puts it first on PATH); the image's layout and
+# its own build stay on KIND_VERSION's files, so the cached node image is not rebuilt for it.
+LAB_KIND_SET = binaries.BinarySet(
+    name=f"kind-{LAB_KIND_RELEASE}",
+    module=KIND_MODULE,
+    version=LAB_KIND_RELEASE,
+    packages=(KIND_MODULE,),
+    local_replace_version=LAB_KIND_RELEASE,
+    bin_subdir=LAB_KIND_RELEASE,
+)
 
 
 @dataclass(frozen=True)
@@ -401,6 +414,13 @@ def standard_library_program(paths: BuildPaths, name: str, source: str) -> Path:
     argv = ["go", "build", "-trimpath", "-ldflags", "-s -w", "-o", str(binary), "."]
     _run(argv, cwd=src, env=env)
     return binary
+
+
+def lab_kind_dir(paths: BuildPaths) -> Path:
+    """The directory of the lab's kind (LAB_KIND_SET), built on first use."""
+    env, go_version = go_env()
+    binaries.build_set(LAB_KIND_SET, paths.go_root, env, go_version)
+    return paths.bin / LAB_KIND_RELEASE
 
 
 def kind_module_dir(paths: BuildPaths) -> Path:

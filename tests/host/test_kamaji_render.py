@@ -21,7 +21,12 @@ UID = "0b7c3a5e-1111-4222-8333-944455556666"
 ETCD = ["kamaji-etcd-0.kamaji-etcd.kamaji-system.svc.cluster.local:2379"]
 
 
+# The tenant version the expectations below were read for (the default is newer).
+TENANT_VERSION = "v1.35.0"
+
+
 def program_tcp(**tenant: object) -> dict:
+    tenant = {"kubernetes_version": TENANT_VERSION, **tenant}
     tcp = tenant_control_plane_manifest(TenantConfig(name="tenant-a", **tenant), ADDRESS)
     tcp["metadata"]["uid"] = UID
     return tcp

@@ -25,7 +25,12 @@ from labconfig.model import TenantConfig
 ADDRESS = "172.31.255.10"
 
 
+# The tenant version the expectations below were read for (the default is newer).
+TENANT_VERSION = "v1.35.0"
+
+
 def program_tcp(**tenant: object) -> dict:
+    tenant = {"kubernetes_version": TENANT_VERSION, **tenant}
     return tenant_control_plane_manifest(TenantConfig(name="tenant-a", **tenant), ADDRESS)
 
 

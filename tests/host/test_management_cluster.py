@@ -2,8 +2,8 @@
 program gives it (its kind config, node image, the lab network), run by the real kind on the
 real daemon, from the node image built here under its mirrored name.
 
-kind is the one the node image's build made (`sigs.k8s.io/kind@v0.31.0`); the script finds it
-and `docker` on PATH as `pulumi up` would.
+kind is the release the program asks for (`sigs.k8s.io/kind@v0.33.0`, built by the tier beside
+the node image's own v0.31.0); the script finds it and `docker` on PATH as `pulumi up` would.
 """
 
 from __future__ import annotations
@@ -28,9 +28,16 @@ from site_mirror import site_mirror
 from test_node_image import mirrored_config, mirrored_run, wait_for_boot
 from test_workers import WORKER, create_as_the_provider, leftover, remove_as_the_provider
 
+from labconfig.node_images import KIND_RELEASE
 from planning import footprint
 from tests.support.docker_readback import container_attributes
 from tests.support.pulumi_harness import run_program
+
+
+def test_the_scripts_run_the_kind_release_the_lab_asks_for(docker: Docker, tier_cache_dir: Path):
+    """The preflight's kind (labconfig/node_images.py), not the node image build's v0.31.0."""
+    found = run_script(docker, tier_cache_dir, "kind version", {})
+    assert found.stdout.startswith(f"kind {KIND_RELEASE} "), found.stdout + found.stderr
 
 
 @pytest.fixture(scope="module")

@@ -47,13 +47,14 @@ JOIN_READY = "Reached target .*Multi-User System"
 
 
 def mirrored_config(reference: str) -> dict[str, Any]:
-    """The lab stack's config with the mirrored node image, as a user would set it."""
+    """The lab stack's config with the mirrored node image, as a user would set it: the tenants
+    on the image's version (a worker's kubelet has its tenant's minor)."""
     config = lab_stack_config()
-    return {
-        **config,
-        "managementNodeImage": reference,
-        "tenants": [{**tenant, "workerImage": reference} for tenant in config["tenants"]],
-    }
+    tenants = [
+        {**tenant, "kubernetesVersion": K8S_VERSION, "workerImage": reference}
+        for tenant in config["tenants"]
+    ]
+    return {**config, "managementNodeImage": reference, "tenants": tenants}
 
 
 @functools.cache

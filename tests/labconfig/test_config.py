@@ -219,7 +219,7 @@ def _strings(value: Any, path: str = "") -> list[tuple[str, str]]:
         (
             with_tenants({"name": "a", "kubernetesVersion": "v1.29.0"}),
             "tenants[0].kubernetesVersion",
-            "Kamaji supports",
+            "must be v1.31.0 or newer",
         ),
         (
             with_tenants({"name": "a", "kubernetesVersion": "v1.34.2"}),
@@ -301,4 +301,4 @@ def test_worker_image_must_match_tenant_minor():
     image = "kindest/node:v1.34.0@sha256:" + "a" * 64
     error = error_for(with_tenants({"name": "a", "workerImage": image}))
     assert error.key == "tenants[0].workerImage"
-    assert "does not match kubernetesVersion v1.35.0" in str(error)
+    assert "does not match kubernetesVersion v1.36.4" in str(error)

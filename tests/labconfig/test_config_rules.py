@@ -8,13 +8,16 @@ deleting or loosening a rule in labconfig/model.py or labconfig/addresses.py fai
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Any
 
 import pulumi
 import pytest
 
 from labconfig.addresses import plan_network
+from labconfig.kamaji_sources import KAMAJI_SOURCES
 from labconfig.model import MAX_CARDS_PER_WORKER, ConfigError
+from labconfig.node_images import WORKER_IMAGES
 from labconfig.parse import parse_config
 from labconfig.stack import raw_stack_config
 
@@ -80,14 +83,34 @@ def test_kubernetes_versions_at_both_ends_of_kamajis_range_pass(minor: int):
     assert cfg.tenants[0].node_image == image(version)
 
 
-@pytest.mark.parametrize("minor", [30, 37])
-def test_kubernetes_versions_just_outside_kamajis_range_are_named(minor: int):
-    version = f"v1.{minor}.0"
+def test_a_version_below_kubeadms_v1beta4_is_refused_with_why():
+    refused(
+        tenant(kubernetesVersion="v1.30.14", workerImage=image("v1.30.14")),
+        "tenants[0].kubernetesVersion",
+        "must be v1.31.0 or newer: the workers join with kubeadm's v1beta4 config",
+    )
+
+
+@pytest.mark.upstream("kamaji-kubeadm-ceiling")
+@pytest.mark.parametrize("version", ["v1.37.0", "v1.37.2", "v1.38.0"])
+def test_a_version_above_kamajis_kubeadm_is_refused_naming_the_ceiling_and_why(version: str):
     refused(
         tenant(kubernetesVersion=version, workerImage=image(version)),
         "tenants[0].kubernetesVersion",
-        "Kamaji supports tenant versions v1.31 to v1.36",
+        f"{version} is newer than v1.36, the newest tenant version Kamaji 26.8.2-edge runs: its "
+        "webhook refuses a TenantControlPlane above the kubeadm it is built with (v1.36)",
     )
+
+
+@pytest.mark.upstream("kamaji-kubeadm-ceiling")
+def test_the_ceiling_follows_the_pinned_kamaji(monkeypatch: pytest.MonkeyPatch):
+    """A Kamaji whose kubeadm is newer raises the ceiling: nothing else in the lab holds it."""
+    newer = replace(KAMAJI_SOURCES["26.8.2-edge"], tag="26.9.9-edge", kubeadm_version="v1.37.0")
+    monkeypatch.setitem(KAMAJI_SOURCES, "26.9.9-edge", newer)
+    raw = tenant(kubernetesVersion="v1.37.0", workerImage=image("v1.37.0"))
+    refused(raw, "tenants[0].kubernetesVersion", "Kamaji 26.8.2-edge")
+    cfg = parse_config({**raw, "kamajiImageTag": "26.9.9-edge"})
+    assert cfg.tenants[0].kubernetes_version == "v1.37.0"
 
 
 @pytest.mark.parametrize("version", ["1.35.0", "v1.35", "v2.35.0", "v1.35.0-rc.1", "v1.35.0\n"])
@@ -97,8 +120,9 @@ def test_kubernetes_version_must_look_like_a_release(version: str):
 
 def test_the_default_version_uses_the_pinned_kind_image():
     (t,) = parse_config(tenant()).tenants
-    assert t.kubernetes_version == "v1.35.0"
-    assert t.node_image.startswith("kindest/node:v1.35.0@sha256:")
+    assert t.kubernetes_version == "v1.36.4"
+    assert t.node_image == WORKER_IMAGES["v1.36.4"]
+    assert t.node_image.startswith("kindest/node:v1.36.4@sha256:")
     assert len(t.node_image.split("@sha256:")[1]) == 64
 
 
@@ -133,7 +157,8 @@ def test_a_node_image_must_be_pinned_by_a_full_digest(bad: str):
     ],
 )
 def test_a_pinned_node_image_passes_with_or_without_a_registry(ok: str):
-    cfg = parse_config({**tenant(workerImage=ok), "managementNodeImage": ok})
+    raw = tenant(kubernetesVersion="v1.35.0", workerImage=ok)
+    cfg = parse_config({**raw, "managementNodeImage": ok})
     assert (cfg.tenants[0].node_image, cfg.management_node_image) == (ok, ok)
 
 

@@ -39,10 +39,10 @@ def test_host_plan_counts_only_what_runs_on_this_host():
         subnet="172.30.0.0/16",
         # kubectl on this host talks to every tenant, the remote one too, and to kind's cluster.
         tenant_versions=(("a", "v1.35.0"), ("b", "v1.36.0"), ("c", "v1.34.0")),
-        management_version="v1.35.0",
+        management_version="v1.37.0",
     )
     assert plan.api_servers == (
-        ("kind management cluster", "v1.35.0"),
+        ("kind management cluster", "v1.37.0"),
         ("tenant a", "v1.35.0"),
         ("tenant b", "v1.36.0"),
         ("tenant c", "v1.34.0"),
@@ -58,7 +58,7 @@ def test_the_management_version_is_the_kind_node_image_s_and_only_with_kind():
     existing["managementStack"] = "org/kamaji-hami-lab/lab"
     plan = host_plan(parse_config(existing))
     assert plan.management_version is None
-    assert plan.api_servers == (("tenant tenant-a", "v1.35.0"), ("tenant tenant-b", "v1.35.0"))
+    assert plan.api_servers == (("tenant tenant-a", "v1.36.4"), ("tenant tenant-b", "v1.36.4"))
 
 
 def test_nothing_on_this_host_means_no_plan():

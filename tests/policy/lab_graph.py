@@ -82,7 +82,7 @@ RESOURCE_MUTATIONS = [
         "management-kind",
         kind_config_unpinned,
         "images-pinned",
-        "environment.KIND_CONFIG node image: image 'kindest/node:v1.35.0' is not pinned "
+        "environment.KIND_CONFIG node image: image 'kindest/node:v1.37.0' is not pinned "
         "by digest (@sha256:…)",
     ),
     (

@@ -228,21 +228,22 @@ def test_an_unreachable_daemon_reports_what_docker_said(error, fix):
 @pytest.mark.parametrize(
     ("line", "ok"),
     [
-        ("kind v0.31.0 go1.25.5 linux/amd64", True),
-        ("kind v0.31.2 go1.25.5 linux/amd64", True),
+        ("kind v0.33.0 go1.26.1 linux/amd64", True),
+        ("kind v0.33.2 go1.26.1 linux/amd64", True),
+        ("kind v0.34.0 go1.26.1 linux/amd64", False),
         ("kind v0.32.0 go1.26.1 linux/amd64", False),
-        ("kind v0.30.0 go1.24.6 linux/amd64", False),
+        ("kind v0.31.0 go1.25.5 linux/amd64", False),
     ],
 )
 def test_kind_is_pinned_to_the_release_of_the_node_image(line, ok):
-    """m11: the pinned kindest/node v1.35.0 digest is kind v0.31.0's default image."""
+    """m11: the pinned kindest/node v1.37.0 digest is kind v0.33.0's default image."""
     fixes = failed(replace(GOOD, tools={**GOOD.tools, "kind": line}))
     if ok:
         assert fixes == {}
     else:
         assert list(fixes) == ["kind version"]
         assert fixes["kind version"][0].startswith(
-            "install kind v0.31.0: go install sigs.k8s.io/kind@v0.31.0"
+            "install kind v0.33.0: go install sigs.k8s.io/kind@v0.33.0"
         )
 
 
@@ -252,7 +253,7 @@ def test_missing_tools_and_kind_only_when_kind_runs_here():
     assert fixes["helm"] == ("install Helm 3: https://helm.sh/docs/intro/install/",)
     # Workers join another stack's cluster, whose platform is installed already.
     joined = replace(PLAN, kind_cluster=False, kamaji_charts=False)
-    tools = {"kubectl": "v1.35.0", "curl": "curl 8.14.1"}
+    tools = {"kubectl": "v1.36.4", "curl": "curl 8.14.1"}
     assert list(failed(replace(GOOD, tools=tools), joined)) == []
 
 
@@ -427,9 +428,15 @@ KUBECTL_FIX = (
     ],
 )
 def test_kubectl_must_be_within_one_minor_of_every_api_server(line, ok):
-    """Issue 17 (9): kubectl is supported within one minor of kube-apiserver; the lab's plan
-    has two v1.35.0 tenants and a v1.35.0 kind cluster."""
-    fixes = failed(replace(GOOD, tools={**GOOD.tools, "kubectl": line}))
+    """Issue 17 (9): kubectl is supported within one minor of kube-apiserver; here two v1.35.0
+    tenants and a v1.35.0 kind cluster."""
+    plan = replace(
+        PLAN,
+        kube_proxy_versions=("v1.35.0",),
+        tenant_versions=(("tenant-a", "v1.35.0"), ("tenant-b", "v1.35.0")),
+        management_version="v1.35.0",
+    )
+    fixes = failed(replace(GOOD, tools={**GOOD.tools, "kubectl": line}), plan)
     assert fixes == ({} if ok else {"kubectl version": (KUBECTL_FIX,)})
 
 

@@ -79,8 +79,8 @@ def test_reads_the_host_from_proc_and_sys(tmp_path: Path, monkeypatch):
     assert facts.conntrack_max == 262144
     assert facts.mem_available_mb == 8000
     assert facts.tools == {
-        "kind": "kind v0.31.0 go1.25.5 linux/amd64",
-        "kubectl": "Client Version: v1.35.0",
+        "kind": "kind v0.33.0 go1.26.1 linux/amd64",
+        "kubectl": "Client Version: v1.36.4",
         "curl": "curl 8.14.1 (x86_64-pc-linux-gnu) libcurl/8.14.1",
         "git": "git version 2.47.3",
         "helm": "v3.19.0+g3d8990f",

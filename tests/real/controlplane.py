@@ -49,6 +49,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import yaml
 from binaries import K8S_VERSION, bin_path, kwok_fast_stage_files
@@ -59,6 +60,8 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from builders.control_plane import apiserver_extra_args
 from labconfig.model import TenantConfig
+from labconfig.node_images import WORKER_IMAGES
+from labconfig.versions import minor_series
 
 SERVICE_CIDR = "10.0.0.0/24"
 
@@ -70,6 +73,21 @@ def tenant_apiserver_args(kubernetes: str = K8S_VERSION) -> list[str]:
 
 
 TENANT_APISERVER_ARGS = tenant_apiserver_args()
+
+
+def on_the_planes_version(config: dict[str, Any]) -> dict[str, Any]:
+    """A stack config whose tenants run the planes' version, so what the program declares for
+    them (feature gates, the admission policies' API) is what such a plane serves; their
+    workers' image is the one pinned for that minor (a plane has no workers: kwok plays them)."""
+    minor = minor_series(K8S_VERSION)
+    image = next(i for v, i in WORKER_IMAGES.items() if minor_series(v) == minor)
+    tenants = [
+        {**tenant, "kubernetesVersion": K8S_VERSION, "workerImage": image}
+        for tenant in config["tenants"]
+    ]
+    return {**config, "tenants": tenants}
+
+
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 FAKE_NODE_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
 COMPONENT_USERS = {

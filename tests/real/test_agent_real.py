@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from controlplane import ControlPlane, ControlPlaneError
+from controlplane import ControlPlane, ControlPlaneError, on_the_planes_version
 
 from builders.simulated_gpus import CONFIG_MOUNT, NAME, NAMESPACE, agent_config, agent_manifests
 from gpu_agent import Agent, HttpKubeApi
@@ -64,7 +64,7 @@ REGISTER = "hami.io/node-nvidia-register"
 REQUEUE = "gpu-agent.lab/requeue-after-register"
 MERGE = "application/merge-patch+json"
 
-LAB = parse_config(lab_stack_config())
+LAB = parse_config(on_the_planes_version(lab_stack_config()))
 # tenant-b (two L4 cards) is the agent process's tenant; tenant-a's node is judged by
 # in-process agents only, so the two never act on the same objects.
 PROCESS_TENANT = next(t for t in LAB.tenants if t.name == "tenant-b")

@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 import yaml
-from controlplane import ControlPlane, wait_until
+from controlplane import ControlPlane, on_the_planes_version, wait_until
 from hami_placement import PlacementLab, placement_lab, report
 from test_agent_real import GPU_NODE, PHASE, annotations
 from test_labcheck_real import AuditLog, admin_conf
@@ -62,7 +62,9 @@ RBAC_WORDS = 'cannot {verb} resource "{resource}" in API group ""'
 @pytest.fixture(scope="module")
 def lab_spec() -> dict[str, Any]:
     """The program's labcheckSpec for the `lab` stack (the mocks harness renders it)."""
-    return json.loads(run_program(stack_config("lab"), stack="lab").outputs["labcheckSpec"])
+    return json.loads(
+        run_program(on_the_planes_version(stack_config("lab")), stack="lab").outputs["labcheckSpec"]
+    )
 
 
 @pytest.fixture(scope="module")

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 import yaml
 from binaries import K8S_VERSION
-from controlplane import ControlPlane, admin_conf, wait_until
+from controlplane import ControlPlane, admin_conf, on_the_planes_version, wait_until
 from hami_dra_webhook import HamiDraWebhook
 from hami_placement import PlacementLab, placement_lab, report
 from test_capacity_real import MIX, leftovers
@@ -44,12 +44,17 @@ from tests.support.pulumi_harness import PROJECT_DIR, run_program, stack_config
 HAMI, DRA = "tenant-b", "tenant-b-dra"
 TEAM = "team-b"  # a namespace of the user's own (--namespace)
 # The lab stack with a third tenant: tenant-b's cards (two L4) shared through DRA, on the
-# tenants' default Kubernetes version, as tenant-b. kwok plays its worker.
-CONFIG = stack_config("lab")
-CONFIG["tenants"] = [
-    *CONFIG["tenants"],
-    {"name": DRA, "workers": 1, "gpuSharing": "dra", "gpus": [{"model": "L4", "count": 2}]},
-]
+# planes' Kubernetes version, as tenant-b. kwok plays its worker.
+LAB = stack_config("lab")
+CONFIG = on_the_planes_version(
+    {
+        **LAB,
+        "tenants": [
+            *LAB["tenants"],
+            {"name": DRA, "workers": 1, "gpuSharing": "dra", "gpus": [{"model": "L4", "count": 2}]},
+        ],
+    }
+)
 DRA_TENANT = next(t for t in parse_config(CONFIG).tenants if t.name == DRA)
 HOSTNAME = "kubernetes.io/hostname"
 COMPONENTS = {"scheduler": "kube-scheduler", "controllerManager": "kube-controller-manager"}

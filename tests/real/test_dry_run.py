@@ -1,7 +1,8 @@
 """Every built-in Kubernetes object the program declares is accepted by a real API server.
 
 The mocks harness renders each stack; per Kubernetes provider of the program (the management
-cluster, each tenant) a real API server (v1.35.4) judges that provider's objects with a
+cluster, each tenant) a real API server (v1.36.3: the minor the stacks' tenants run by default;
+it judges the v1.37 management cluster's objects too) judges that provider's objects with a
 server-side dry-run apply, the way pulumi-kubernetes applies them (server-side apply). Custom
 resources (MetalLB, Kamaji) and Helm releases are out of scope: their CRDs and charts are not
 obtainable here. Reads (``Secret.get``) are not declarations and are skipped.
@@ -15,7 +16,10 @@ from collections import defaultdict
 from typing import Any
 
 import pytest
+from binaries import K8S_NEXT_VERSION
 
+from labconfig.model import DEFAULT_TENANT_VERSION
+from labconfig.versions import kubernetes_minor
 from tests.support.pulumi_harness import (
     FAKE_KUBECONFIG,
     Registration,
@@ -123,7 +127,8 @@ def api_server(start_control_plane):
     """One API server for every cluster of every stack: a dry-run stores nothing, so the only
     shared state is the namespaces applied for real, and prepare_cluster demands that each
     provider's objects sit in namespaces that provider itself declares."""
-    plane = start_control_plane("dry-run", full=False)
+    assert kubernetes_minor(K8S_NEXT_VERSION) == kubernetes_minor(DEFAULT_TENANT_VERSION)
+    plane = start_control_plane("dry-run", full=False, kubernetes=K8S_NEXT_VERSION)
     yield plane
     plane.stop()
 

@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 import yaml
-from controlplane import ControlPlane, admin_conf, free_port
+from controlplane import ControlPlane, admin_conf, free_port, on_the_planes_version
 
 from labcheck import RUN_ID_LABEL
 from labcheck.checks import ALL_CHECKS
@@ -71,7 +71,7 @@ def admin_user(tenant: str) -> str:
 
 @pytest.fixture(scope="module")
 def lab_program() -> ProgramRun:
-    return run_program(stack_config("lab"), stack="lab")
+    return run_program(on_the_planes_version(stack_config("lab")), stack="lab")
 
 
 def provider_name(registration: Registration) -> str:
@@ -717,7 +717,10 @@ def test_the_node_files_pod_passes_a_real_api_server_and_waits_on_a_node_that_ne
     (audit: 201); a kwok node runs no container, so no pod ends and the check fails naming the
     node, within podSeconds; nothing is left."""
     mirrored = run_program(
-        {**stack_config("lab"), "registryMirrors": [{"registry": "*", "mirror": "m.example"}]},
+        {
+            **on_the_planes_version(stack_config("lab")),
+            "registryMirrors": [{"registry": "*", "mirror": "m.example"}],
+        },
         stack="lab",
     )
     spec = lab_spec(mirrored, planes)

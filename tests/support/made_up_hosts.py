@@ -30,8 +30,8 @@ GOOD = HostFacts(
     disk_free_gb=60.0,
     docker=DOCKER,
     tools={
-        "kind": "kind v0.31.0 go1.25.5 linux/amd64",
-        "kubectl": "Client Version: v1.35.0",
+        "kind": "kind v0.33.0 go1.26.1 linux/amd64",
+        "kubectl": "Client Version: v1.36.4",
         "curl": "curl 8.14.1 (x86_64-pc-linux-gnu)",
         "git": "git version 2.47.3",
         "helm": "v3.19.0+g3d8990f",
@@ -46,12 +46,12 @@ GOOD = HostFacts(
 
 PLAN = HostPlan(
     sizing=Sizing(tenants=2, workers=2),
-    kube_proxy_versions=("v1.35.0",),
+    kube_proxy_versions=("v1.36.4",),
     kind_cluster=True,
     network_name="kamaji-hami-lab",
     subnet="172.30.0.0/16",
-    tenant_versions=(("tenant-a", "v1.35.0"), ("tenant-b", "v1.35.0")),
-    management_version="v1.35.0",
+    tenant_versions=(("tenant-a", "v1.36.4"), ("tenant-b", "v1.36.4")),
+    management_version="v1.37.0",
 )
 
 
@@ -110,8 +110,8 @@ ANSWERS: dict[str, str | Exception] = {
             {"dst": "172.30.0.0/16", "dev": "br-0123456789ab"},
         ]
     ),
-    "kind version": "kind v0.31.0 go1.25.5 linux/amd64\n",
-    "kubectl version --client": "Client Version: v1.35.0\nKustomize Version: v5.7.1\n",
+    "kind version": "kind v0.33.0 go1.26.1 linux/amd64\n",
+    "kubectl version --client": "Client Version: v1.36.4\nKustomize Version: v5.7.1\n",
     "curl --version": "curl 8.14.1 (x86_64-pc-linux-gnu) libcurl/8.14.1\n",
     "git --version": "git version 2.47.3\n",
     "helm version --short": "v3.19.0+g3d8990f\n",
