@@ -167,7 +167,8 @@ class _Collector:
 
 
 def _node_minor(image: str) -> str:
-    tag = image.split(":", 1)[1].split("@", 1)[0]
+    """`v1.35` of a node image, also one on a mirror with a port (127.0.0.1:5001/kindest/...)."""
+    tag = _name_and_tag(image.partition("@")[0])[1]
     return "v{}.{}".format(*kubernetes_minor(tag))
 
 

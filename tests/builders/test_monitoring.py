@@ -263,17 +263,15 @@ def test_a_query_resolves_as_grafana_sends_it():
 
 
 def test_the_ledger_columns_integrate_the_lab_series_over_the_chosen_window():
+    """Without labcheck's own pods: the validation's, no tenant's to bill."""
     queries = ledger_queries()
-    assert queries["gpu_hours"] == slice_hours_expr(
-        SLICE_SHARE, "tenant, namespace, card", "$__range"
-    )
-    assert queries["mb_hours"] == slice_hours_expr(
-        SLICE_MEMORY, "tenant, namespace, card", "$__range"
-    )
-    assert queries["core_hours"] == slice_hours_expr(
-        SLICE_CORES, "tenant, namespace, card", "$__range"
-    )
-    assert "count_over_time(lab:slice_memory_mb[$__range])" in queries["pods"]
+    by = "tenant, namespace, card"
+    mine = '{namespace!~"labcheck-.+"}'
+    assert queries["gpu_hours"] == slice_hours_expr(SLICE_SHARE + mine, by, "$__range")
+    assert queries["mb_hours"] == slice_hours_expr(SLICE_MEMORY + mine, by, "$__range")
+    assert queries["core_hours"] == slice_hours_expr(SLICE_CORES + mine, by, "$__range")
+    # pods counted on the integrals' grid: no pod without slice-hours
+    assert f"count_over_time(lab:slice_memory_mb{mine}[$__range:60s])" in queries["pods"]
     for query in queries.values():
         promql_parser.parse(resolved(query, "86400s"))
 
@@ -319,5 +317,5 @@ def test_an_idle_slice_is_one_whose_container_ran_no_kernel_for_five_minutes():
     assert idle["expr"].startswith(f"{SLICE_SHARE}\nand on (tenant, namespace, pod, card)")
     assert ") > 300" in idle["expr"]
     assert ledger_queries()["idle_gpu_hours"] == slice_hours_expr(
-        "lab:slice_idle_gpu_share", "tenant, namespace, card", "$__range"
+        'lab:slice_idle_gpu_share{namespace!~"labcheck-.+"}', "tenant, namespace, card", "$__range"
     )

@@ -5,11 +5,14 @@ management API server answers each PromQL query as the lab's Prometheus would.""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
 from builders.labcheck_spec import monitoring_spec
+from labcheck.context import RunContext
 from labcheck.result import Status
+from labcheck.spec import parse_spec
 from labconfig.parse import parse_config
 from tests.support.labcheck_fakes import run_lab, standard_lab
 from tests.support.pulumi_harness import lab_stack_config
@@ -168,3 +171,13 @@ def test_other_numbers_in_prometheus_fail_too():
     res = result(lab, "monitoring.truth")
     assert res.status is Status.FAIL
     assert "the objects say 20000 MB 25 %, Prometheus 40000 MB 25 %" in res.cause
+
+
+def test_labchecks_own_namespaces_are_the_ones_the_ledger_leaves_out():
+    """Its GPU pods hold slices while the validation runs: recorded, but no tenant's bill."""
+    lab = lab_with_prometheus()
+    ctx = RunContext(spec=parse_spec(lab.spec), factory=lab.factory, clock=lab.clock, run_id="7f3a")
+    made = [ctx.namespace(t) for t in ctx.spec.tenants]
+    (excluded,) = re.findall(r'namespace!~"([^"]+)"', lab.spec["monitoring"]["ledger"]["gpu_hours"])
+    assert made and all(re.fullmatch(excluded, name) for name in made)
+    assert not re.fullmatch(excluded, "gpu-workloads")

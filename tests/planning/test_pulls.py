@@ -299,3 +299,12 @@ def test_the_documented_copy_recipe_stops_at_the_first_failure(tmp_path, capsys)
     assert status != 0
     copied = [call.split()[3] for call in calls[1:]]
     assert copied == [f"docker://{image}" for image in images[: images.index(LABCHECK_IMAGES[0])]]
+
+
+def test_a_node_image_on_a_mirror_with_a_port_names_its_minor():
+    """kamaji-etcd's kubectl image is tagged with the management cluster's minor, read from the
+    node image, which a mirrored site pins on its own registry (host:port)."""
+    mirrored = "127.0.0.1:5001/kindest/node:v1.35.4@sha256:" + "1" * 64
+    cfg = parse_config({**lab_stack_config(), "managementNodeImage": mirrored})
+    images = {p.image for p in stack_pulls(cfg).images}
+    assert "docker.io/clastix/kubectl:v1.35" in images
