@@ -99,11 +99,28 @@ def object_ref(manifest: dict[str, Any]) -> str:
     return f"{kind}/{manifest['metadata']['name']}"
 
 
-def prepare_cluster(plane, manifests: list[dict[str, Any]]) -> None:
-    """What exists before the provider applies: the namespaces the program declares (applied
-    for real, so this is itself a real apply) and any Node it declares (kubeadm would have
-    joined it; the program declares none: workers register their labels at join)."""
+def release_namespaces(registrations: list[Registration]) -> dict[str, set[str]]:
+    """By provider, the namespaces its Helm releases create (`createNamespace`): what the
+    objects the program declares after a release (its metrics reader, in HAMi-DRA's) find."""
+    found: dict[str, set[str]] = defaultdict(set)
+    for r in registrations:
+        if r.type == "kubernetes:helm.sh/v3:Release" and r.inputs.get("createNamespace"):
+            found[r.provider.rsplit("::", 1)[0].rsplit("::", 1)[1]].add(r.inputs["namespace"])
+    return dict(found)
+
+
+def prepare_cluster(
+    plane, manifests: list[dict[str, Any]], created: set[str] | frozenset[str] = frozenset()
+) -> None:
+    """What exists before the provider applies: the namespaces the program declares or its
+    releases create (`created`; applied for real, so this is itself a real apply) and any Node
+    it declares (kubeadm would have joined it; the program declares none: workers register
+    their labels at join)."""
     namespaces = [m for m in manifests if m["kind"] == "Namespace"]
+    namespaces += [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+        for name in sorted(created - {m["metadata"]["name"] for m in namespaces})
+    ]
     declared = {m["metadata"]["name"] for m in namespaces}
     for manifest in manifests:
         namespace = manifest["metadata"].get("namespace")
@@ -135,12 +152,14 @@ def api_server(start_control_plane):
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_every_built_in_object_passes_a_server_side_dry_run(stack, api_server):
-    declared = [r for r in program_run(stack).resources if is_built_in_declaration(r)]
+    run = program_run(stack)
+    declared = [r for r in run.resources if is_built_in_declaration(r)]
+    created = release_namespaces(run.resources)
     groups = by_provider(declared)
     assert groups, f"{stack}: no built-in objects rendered"
     for provider, registrations in groups.items():
         manifests = [kubernetes_object(r) for r in registrations]
-        prepare_cluster(api_server, manifests)
+        prepare_cluster(api_server, manifests, created.get(provider, set()))
         result = api_server.kubectl(
             "apply", "--server-side", "--dry-run=server", f"--field-manager={FIELD_MANAGER}",
             "-f", "-",

@@ -103,6 +103,7 @@ def test_a_mirrored_site_set_as_the_docs_say_reaches_the_program(workspace):
     errors = error_lines(result.stdout + result.stderr)
     assert errors == [
         "error: invalid stack config: chartSources: no chart is named 'kamaji': one of "
-        "cert-manager, metallb, kamaji-etcd, flannel, hami, hami-dra, nvml-mock "
+        "cert-manager, metallb, kamaji-etcd, flannel, hami, hami-dra, nvml-mock, prometheus, "
+        "grafana "
         '(got {"hami": "oci://harbor.example/charts", "kamaji": "x"})'
     ], errors
