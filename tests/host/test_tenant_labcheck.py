@@ -47,11 +47,12 @@ from labcheck.report import JSON_NAME
 
 ROOT = Path(__file__).resolve().parents[2]  # the Command runs in the project directory
 STEP = "validation-labcheck"
-# Checks that read the management cluster: none here (the program's kubeconfig for it is the
-# mocks' placeholder).
+# Checks that read the management cluster (Kamaji, or the lab's Prometheus there): none here
+# (the program's kubeconfig for it is the mocks' placeholder).
 MANAGEMENT_CHECKS = {
     "mgmt.kamaji", "mgmt.webhooks", "tcp.ready", "tcp.distinct",
     "nodes.management-clean", "isolation.management", "mgmt.registries", "tenant.versions",
+    "monitoring.targets", "monitoring.truth",
 }  # fmt: skip
 SELECTED = [c.id for c in ALL_CHECKS if c.id not in MANAGEMENT_CHECKS]
 NEEDS_HAMI = (
