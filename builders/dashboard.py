@@ -23,11 +23,13 @@ from builders.slice_rules import (
     CARD_CORES,
     CARD_MEMORY,
     CARD_SLICES,
+    HAMI_SLICE,
     MIB,
     SLICE_CORES,
     SLICE_IDLE_SHARE,
     SLICE_MEMORY,
     SLICE_SHARE,
+    renamed,
     slice_hours_expr,
 )
 
@@ -37,11 +39,8 @@ DATASOURCE = DataSourceRef(type_val="prometheus", uid=DATASOURCE_UID)
 TENANTS = 'tenant=~"$tenant"'
 NAMESPACES = f'{TENANTS}, namespace=~"$namespace"'
 QUOTA_LABELS = "tenant, namespace, quota_name"
-
-
-def _renamed(metric: str, matchers: str) -> str:
-    """HAMi's per-container series with its `device_uuid` as the lab's `card`."""
-    return f'label_replace({metric}{{{matchers}}}, "card", "$1", "device_uuid", "(.+)")'
+# HAMi's vGPU monitor (real cards), its `device_uuid` as the lab's `card`.
+USED_MEMORY_BYTES = renamed(f"hami_vgpu_memory_used_bytes{{{TENANTS}}}", HAMI_SLICE)
 
 
 @dataclass(frozen=True)
@@ -128,8 +127,7 @@ PANELS: tuple[Panel, ...] = (
         "decmbytes",
         (
             Query(
-                f"sum by (tenant, card) ({_renamed('hami_vgpu_memory_used_bytes', TENANTS)})"
-                f" / {MIB}",
+                f"sum by (tenant, card) ({USED_MEMORY_BYTES}) / {MIB}",
                 "{{tenant}} {{card}} used",
             ),
             Query(

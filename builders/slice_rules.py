@@ -39,7 +39,7 @@ SLICE_IDLE_SHARE = "lab:slice_idle_gpu_share"
 IDLE_SECONDS = 300
 
 
-def _renamed(metric: str, renames: dict[str, str]) -> str:
+def renamed(metric: str, renames: dict[str, str]) -> str:
     """`metric` with each label copied to a new name (label_replace), old names dropped by
     the `sum by` around it."""
     expr = metric
@@ -68,32 +68,32 @@ def _fraction_of_card(slice_metric: str, card_metric: str, kind: str) -> str:
 
 def recording_rules() -> list[dict[str, str]]:
     """In evaluation order: a rule may read those before it in the same evaluation."""
-    hami_bytes = _renamed("hami_vgpu_memory_allocated_bytes", HAMI_SLICE)
-    dra_mb = _renamed("vGPUDeviceMemoryAllocated", DRA_SLICE)
+    hami_bytes = renamed("hami_vgpu_memory_allocated_bytes", HAMI_SLICE)
+    dra_mb = renamed("vGPUDeviceMemoryAllocated", DRA_SLICE)
     return [
         {"record": SLICE_MEMORY, "expr": _either(SLICE_LABELS, f"{hami_bytes} / {MIB}", dra_mb)},
         {
             "record": SLICE_CORES,
             "expr": _either(
                 SLICE_LABELS,
-                _renamed("hami_vgpu_core_allocated_ratio", HAMI_SLICE),
-                _renamed("vGPUDeviceCoreAllocated", DRA_SLICE),
+                renamed("hami_vgpu_core_allocated_ratio", HAMI_SLICE),
+                renamed("vGPUDeviceCoreAllocated", DRA_SLICE),
             ),
         },
         {
             "record": CARD_MEMORY,
             "expr": _either(
                 CARD_LABELS,
-                f"{_renamed('hami_gpu_memory_limit_bytes', HAMI_CARD)} / {MIB}",
-                _renamed("GPUDeviceMemoryLimit", DRA_CARD),
+                f"{renamed('hami_gpu_memory_limit_bytes', HAMI_CARD)} / {MIB}",
+                renamed("GPUDeviceMemoryLimit", DRA_CARD),
             ),
         },
         {
             "record": CARD_CORES,
             "expr": _either(
                 CARD_LABELS,
-                _renamed("hami_gpu_core_limit_ratio", HAMI_CARD),
-                _renamed("GPUDeviceCoreLimit", DRA_CARD),
+                renamed("hami_gpu_core_limit_ratio", HAMI_CARD),
+                renamed("GPUDeviceCoreLimit", DRA_CARD),
             ),
         },
         {
@@ -112,7 +112,7 @@ def recording_rules() -> list[dict[str, str]]:
             "expr": (
                 f"{SLICE_SHARE}\nand on (tenant, namespace, pod, card) (\n"
                 "  max by (tenant, namespace, pod, card) ("
-                f"{_renamed('hami_container_last_kernel_elapsed_seconds', HAMI_SLICE)})"
+                f"{renamed('hami_container_last_kernel_elapsed_seconds', HAMI_SLICE)})"
                 f" > {IDLE_SECONDS}\n)"
             ),
         },

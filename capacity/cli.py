@@ -194,12 +194,19 @@ def _hours(
         notes += n
     report = slice_hours(held, now - window, now, card_infos(cards), notes)
     out.write("\n".join(table(report)) + "\n")
-    if report_dir:
-        report_dir.mkdir(parents=True, exist_ok=True)
-        path = report_dir / "capacity-hours.csv"
-        path.write_text(to_csv(report))
-        out.write(f"wrote {path}\n")
+    _write_reports(report_dir, {"capacity-hours.csv": to_csv(report)}, out)
     return EXIT_OK
+
+
+def _write_reports(report_dir: Path | None, files: dict[str, str], out: TextIO) -> None:
+    """Each file's text into `report_dir` (none given: nothing written), saying so."""
+    if not report_dir:
+        return
+    report_dir.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        path = report_dir / name
+        path.write_text(text)
+        out.write(f"wrote {path}\n")
 
 
 def _ledger(
@@ -220,16 +227,8 @@ def _ledger(
         return EXIT_USAGE
     management = factory(spec.management.kubeconfig, "management")
     prometheus = Prometheus(management, spec.monitoring.prometheus)
-    span = f"{window}s"
-    ledger = read_ledger(prometheus, spec.monitoring.over(span), span, now)
+    ledger = read_ledger(prometheus, spec.monitoring.over(f"{window}s"), window, now)
     out.write("\n".join(ledger_table(ledger)) + "\n")
-    if report_dir:
-        report_dir.mkdir(parents=True, exist_ok=True)
-        for name, text in (
-            ("ledger.csv", ledger_csv(ledger)),
-            ("ledger.json", ledger_json(ledger)),
-        ):
-            path = report_dir / name
-            path.write_text(text)
-            out.write(f"wrote {path}\n")
+    files = {"ledger.csv": ledger_csv(ledger), "ledger.json": ledger_json(ledger)}
+    _write_reports(report_dir, files, out)
     return EXIT_OK

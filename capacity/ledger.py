@@ -35,7 +35,7 @@ class LedgerRow:
 
 @dataclass
 class Ledger:
-    window: str
+    seconds: int  # the window's length
     until: float  # Unix seconds: the window ends here
     queries: dict[str, str]  # what Prometheus was asked, per column
     rows: list[LedgerRow] = field(default_factory=list)
@@ -60,20 +60,19 @@ def ledger_rows(answers: Mapping[str, list[Sample]]) -> list[LedgerRow]:
 
 
 def read_ledger(
-    prometheus: Prometheus, queries: Mapping[str, str], window: str, until: float
+    prometheus: Prometheus, queries: Mapping[str, str], seconds: int, until: float
 ) -> Ledger:
-    """`queries`: PromQL per column over `window` (the spec's, Monitoring.over)."""
+    """`queries`: PromQL per column over the `seconds` before `until` (the spec's,
+    Monitoring.over)."""
     answers = {column: prometheus.instant(expr, at=until) for column, expr in queries.items()}
-    return Ledger(window, until, dict(queries), ledger_rows(answers))
+    return Ledger(seconds, until, dict(queries), ledger_rows(answers))
 
 
 def ledger_table(ledger: Ledger) -> list[str]:
     head = f"{'tenant':<14} {'namespace':<18} {'card':<40} {'pods':>4} {'MB·h':>12} "
     head += f"{'core-%·h':>10} {'GPU·h':>8} {'idle GPU·h':>10}"
-    lines = [f"slice-hours over the last {ledger.window} (from the lab's Prometheus)", head]
-    if ledger.window.endswith("s") and ledger.window[:-1].isdigit():
-        hours = int(ledger.window[:-1]) / 3600
-        lines[0] = f"slice-hours over the last {hours:g} h (from the lab's Prometheus)"
+    title = f"slice-hours over the last {ledger.seconds / 3600:g} h (from the lab's Prometheus)"
+    lines = [title, head]
     for r in ledger.rows:
         lines.append(
             f"{r.tenant:<14} {r.namespace:<18} {r.card:<40} {r.pods:>4} {r.mb_hours:>12.1f} "
@@ -99,7 +98,7 @@ def ledger_csv(ledger: Ledger) -> str:
 def ledger_json(ledger: Ledger) -> str:
     return json.dumps(
         {
-            "window": ledger.window,
+            "window": f"{ledger.seconds}s",
             "until": ledger.until,
             "queries": ledger.queries,
             "rows": [asdict(r) for r in ledger.rows],

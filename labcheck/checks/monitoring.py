@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
+from typing import TypeVar
 
 from ..cluster import ClusterError, Obj, likely_cause
 from ..context import RunContext
@@ -20,8 +22,10 @@ from ..hami import ANN_NODE, pod_slices
 from ..prometheus import Prometheus, PrometheusError
 from ..result import CheckFailed, CheckSkipped, Evidence
 from ..spec import Monitoring, Tenant
+from ..waiting import WaitTimeout, wait_for
 
 ENDED = ("Succeeded", "Failed")
+T = TypeVar("T")
 # (namespace, pod, card) -> (MB, cores %)
 Holdings = dict[tuple[str, str, str], tuple[int, int]]
 
@@ -39,6 +43,25 @@ def _prometheus(ctx: RunContext, monitoring: Monitoring) -> Prometheus:
 def _seconds(duration: str) -> float:
     units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
     return sum(float(n) * units[u] for n, u in re.findall(r"(\d+)(ms|s|m|h|d|w|y)", duration))
+
+
+def _settled(
+    ctx: RunContext, interval: float, read: Callable[[], T], good: Callable[[T], bool]
+) -> T:
+    """`read()` until `good` holds of it, over two scrape intervals (Prometheus's copy is one
+    scrape old at most); the last reading either way."""
+    last: list[T] = []
+
+    def probe() -> tuple[T | None, str]:
+        last[:] = [read()]
+        return (last[0] if good(last[0]) else None), "not yet"
+
+    try:
+        return wait_for(
+            probe, what="settled", timeout=2 * interval, clock=ctx.clock, interval=interval
+        )
+    except WaitTimeout:
+        return last[0]
 
 
 def _target_error(ctx: RunContext, monitoring: Monitoring, job: str) -> str:
@@ -62,13 +85,10 @@ def targets_up(ctx: RunContext, t: Tenant) -> Evidence:
     prometheus = _prometheus(ctx, monitoring)
     interval = max(_seconds(monitoring.scrape_interval), 1.0)
     try:
-        # A Prometheus installed moments ago has not scraped yet: two intervals at most.
-        for attempt in range(3):
-            samples = prometheus.instant(expr)
-            if samples and samples[0].value == 1:
-                break
-            if attempt < 2:
-                ctx.clock.sleep(interval)
+        # A Prometheus installed moments ago has not scraped yet.
+        samples = _settled(
+            ctx, interval, lambda: prometheus.instant(expr), lambda s: bool(s) and s[0].value == 1
+        )
         duration = prometheus.instant(f'scrape_duration_seconds{{job="{job}"}}')
     except (ClusterError, PrometheusError) as exc:
         cause = likely_cause(exc) if isinstance(exc, ClusterError) else ""
@@ -155,16 +175,14 @@ def metrics_match_objects(ctx: RunContext, t: Tenant) -> Evidence:
     prometheus = _prometheus(ctx, monitoring)
     interval = max(_seconds(monitoring.scrape_interval), 1.0)
     what = "pods' HAMi annotations" if t.gpu_sharing != "dra" else "allocated claims"
+
+    def read() -> tuple[Holdings, list[str]]:
+        objects = _tenant_holdings(ctx, t)
+        return objects, _differences(objects, _recorded(prometheus, monitoring, t.name))
+
     try:
         # At most one scrape behind: a difference must outlive two intervals to count.
-        for attempt in range(3):
-            objects = _tenant_holdings(ctx, t)
-            recorded = _recorded(prometheus, monitoring, t.name)
-            differences = _differences(objects, recorded)
-            if not differences:
-                break
-            if attempt < 2:
-                ctx.clock.sleep(interval)
+        objects, differences = _settled(ctx, interval, read, lambda seen: not seen[1])
     except (ClusterError, PrometheusError) as exc:
         cause = likely_cause(exc) if isinstance(exc, ClusterError) else ""
         raise CheckFailed(f"the {what} and Prometheus readable", str(exc), cause) from None

@@ -375,8 +375,10 @@ def test_capacity_ledger_reads_the_same_figures_through_the_management_api_serve
     host, port = ledger.prometheus.url.removeprefix("http://").rsplit(":", 1)
     serve_behind_service(plane, ProxyPath.parse(f"{path}/"), host, int(port), pod="prometheus")
     management = KubeCluster(admin_conf(plane), "management", timeout=10)
-    window = f"{WINDOW_HOURS * 3600}s"
-    got = read_ledger(Prometheus(management, path), spec.over(window), window, ledger.window_end)
+    seconds = WINDOW_HOURS * 3600
+    got = read_ledger(
+        Prometheus(management, path), spec.over(f"{seconds}s"), seconds, ledger.window_end
+    )
     rows = {(r.tenant, r.namespace, r.card): r for r in got.rows}
     keys = {(s.tenant, s.container.namespace, s.container.uuid) for s in SLICES}
     assert set(rows) == keys
