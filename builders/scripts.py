@@ -247,14 +247,15 @@ def tenant_admin_authorized_wait_script(
     )
 
 
-def kamaji_rollout_wait(timeout_seconds: int, interval_seconds: int) -> str:
+def kamaji_rollout_wait(timeout_seconds: int, interval_seconds: int, then: str = "") -> str:
     """Shell that waits, on the management cluster, until Kamaji has reconciled the
     TenantControlPlane's current spec (`status.observedGeneration` equals its generation) and
     the control plane's Deployment (named after it) has rolled out: from then on only API
     server pods with the spec's flags are behind the Service.
 
     Needs MANAGEMENT_KUBECONFIG, TCP_NAME and TCP_NAMESPACE (upstream fact
-    `kamaji-observed-generation-after-reconcile`)."""
+    `kamaji-observed-generation-after-reconcile`). `then` runs after the rollout, while
+    `on_management` and `$tcp` still work."""
     return f"""\
 management_kubeconfig=$(mktemp)
 trap 'rm -f "$management_kubeconfig"' EXIT
@@ -280,7 +281,7 @@ if ! on_management rollout status "deployment/$TCP_NAME" --timeout="${{left}}s" 
     "within {timeout_seconds}s" >&2
   exit 1
 fi
-rm -f "$management_kubeconfig"
+{then}rm -f "$management_kubeconfig"
 """
 
 
@@ -349,6 +350,53 @@ def admission_policy_api_wait_script(
         consecutive=consecutive,
         interval_seconds=interval_seconds,
         before=kamaji_rollout_wait(timeout_seconds, interval_seconds),
+    )
+
+
+def control_plane_version_wait_script(
+    timeout_seconds: int = 900, consecutive: int = 3, interval_seconds: int = 2
+) -> str:
+    """Waits until the tenant's control plane runs VERSION: Kamaji has reconciled the spec and
+    rolled its Deployment out (`kamaji_rollout_wait`), reports VERSION as its status version
+    with the version status Ready (fact `kamaji-status-version-follows-spec-when-ready`), and
+    the API server's /version says VERSION `consecutive` times in a row.
+
+    The workers wait for it: kubeadm's order upgrades the control plane before any kubelet,
+    and a kubelet may never be newer than its API server (fact `kubernetes-kubelet-skew`). On a
+    new tenant it passes as soon as the control plane serves. Needs LAB_KUBECONFIG (the
+    tenant's admin kubeconfig), VERSION and what `kamaji_rollout_wait` needs.
+    """
+    status = (
+        "{.status.kubernetesResources.version.version} {.status.kubernetesResources.version.status}"
+    )
+    at_version = f"""\
+deadline=$(( $(date +%s) + {timeout_seconds} ))
+until [ "$(on_management get "$tcp" --request-timeout=10s -o 'jsonpath={status}' \\
+    2>/dev/null || true)" = "$VERSION Ready" ]; do
+  if [ "$(date +%s)" -ge "$deadline" ]; then
+    echo "Kamaji did not report $TCP_NAMESPACE/$TCP_NAME at $VERSION and Ready within" \\
+      "{timeout_seconds}s (status version and state: $(on_management get "$tcp" \\
+      --request-timeout=10s -o 'jsonpath={status}' 2>/dev/null || true)); its conditions:" >&2
+    on_management get "$tcp" --request-timeout=10s -o yaml >&2 || true
+    exit 1
+  fi
+  sleep {interval_seconds}
+done
+"""
+    # The server's /version alone: `kubectl version` also prints the client's own.
+    version = "kubectl --request-timeout=10s get --raw /version"
+    return _consecutive_wait_script(
+        check=f'{version} 2>/dev/null | grep -q "\\"gitVersion\\": *\\"$VERSION\\""',
+        give_up=(
+            f'"the tenant API server did not answer /version with $VERSION within'
+            f' {timeout_seconds}s:"'
+        ),
+        show=version,
+        done='"the control plane runs $VERSION"',
+        timeout_seconds=timeout_seconds,
+        consecutive=consecutive,
+        interval_seconds=interval_seconds,
+        before=kamaji_rollout_wait(timeout_seconds, interval_seconds, then=at_version),
     )
 
 
@@ -441,12 +489,31 @@ fi
     )
 
 
-def node_delete_script() -> str:
-    """Removes the node object from its tenant on destroy, with kubectl on the host.
+# One line per pod a drain takes away (not DaemonSet pods: the drain leaves them), saying
+# whether anything re-creates it and which GPU share it held (HAMi's allocation, or DRA claims).
+LEAVING_PODS_TEMPLATE = (
+    '{{range .items}}{{$owner := "nothing"}}'
+    "{{with .metadata.ownerReferences}}{{$owner = (index . 0).kind}}{{end}}"
+    '{{if ne $owner "DaemonSet"}}  {{.metadata.namespace}}/{{.metadata.name}}: '
+    '{{if eq $owner "nothing"}}nothing owns it, it is not re-created'
+    "{{else}}its {{$owner}} re-creates it{{end}}"
+    '{{with .metadata.annotations}}{{with index . "hami.io/vgpu-devices-allocated"}}'
+    "; GPU slices {{.}}{{end}}{{end}}"
+    "{{with .spec.resourceClaims}}; DRA claims{{end}}\n{{end}}{{end}}"
+)
 
-    Needs NODE_NAME and LAB_KUBECONFIG. It needs nothing from the node itself, so a worker
-    container that is stopped or already gone, or a remote host that is down, does not stop
-    `pulumi destroy`; a tenant that is unreachable (or already gone) only yields a warning.
+
+def node_delete_script(drain_timeout_seconds: int = 120) -> str:
+    """Takes the node out of its tenant with kubectl on the host: drains it, then deletes the
+    Node object. Runs on destroy and before a worker is replaced (an upgrade to a new image).
+
+    The drain is kubeadm's first step for a node that leaves or is upgraded: pods a controller
+    owns are evicted (PodDisruptionBudgets respected) and come back elsewhere; pods nothing owns
+    are deleted (`--force`), so the script first lists what goes and what comes back, with each
+    pod's GPU share. Needs NODE_NAME and LAB_KUBECONFIG. It needs nothing from the node itself,
+    so a worker container that is stopped or already gone, or a remote host that is down, does
+    not stop `pulumi destroy`; a tenant that is unreachable (or already gone) only yields
+    warnings, and a drain that does not finish within `drain_timeout_seconds` too.
     LAB_KUBECONFIG is the copy stored at the last `pulumi up`: its client certificate stays
     valid until it expires (Kamaji issues it for a year and renews it a day before), so
     reading the Secret afresh would buy nothing.
@@ -454,6 +521,19 @@ def node_delete_script() -> str:
     return (
         STRICT
         + KUBECONFIG_PRELUDE
+        + f"""\
+if kubectl --request-timeout=10s get node "$NODE_NAME" >/dev/null 2>&1; then
+  echo "draining $NODE_NAME; the pods it runs:" >&2
+  kubectl --request-timeout=20s get pods --all-namespaces \\
+    --field-selector "spec.nodeName=$NODE_NAME" -o go-template='{LEAVING_PODS_TEMPLATE}' >&2 \\
+    || true
+  if ! kubectl --request-timeout=20s drain "$NODE_NAME" --ignore-daemonsets \\
+      --delete-emptydir-data --force --timeout={drain_timeout_seconds}s >&2; then
+    echo "warning: $NODE_NAME was not drained within {drain_timeout_seconds}s;" \\
+      "the pods left on it go with it" >&2
+  fi
+fi
+"""
         + 'kubectl --request-timeout=20s delete node "$NODE_NAME" --ignore-not-found \\\n'
         + '  || echo "warning: could not delete node $NODE_NAME from its tenant" >&2\n'
     )

@@ -44,6 +44,7 @@ from components.tenant.metrics_reader import MetricsReader, MetricsReaderArgs
 from components.tenant.remote_workers import RemoteWorkerPool, RemoteWorkerPoolArgs
 from components.tenant.simulated_gpus import SimulatedGpus, SimulatedGpusArgs
 from components.tenant.workers import WorkerPool, WorkerPoolArgs
+from components.upgrade_guard import TenantVersion, UpgradeGuard, UpgradeGuardArgs
 from components.validation import Validation, ValidationArgs
 from labconfig.addresses import NetworkPlan, plan_network
 from labconfig.kamaji_sources import kamaji_source
@@ -103,7 +104,7 @@ def _workers(
                 gpu_mode=tenant.gpu_mode,
                 ssh_private_key=pulumi.Output.secret(cfg.ssh_private_key.get_secret_value()),
                 tenant_kubeconfig=control_plane.kubeconfig,
-                control_plane=control_plane.control_plane,
+                control_plane=control_plane.version_ready,
                 control_plane_identity=control_plane.identity,
             ),
             opts,
@@ -116,7 +117,7 @@ def _workers(
             image=tenant.node_image,
             network_name=network_name,
             tenant_kubeconfig=control_plane.kubeconfig,
-            control_plane=control_plane.control_plane,
+            control_plane=control_plane.version_ready,
             control_plane_identity=control_plane.identity,
             gpu_mode=tenant.gpu_mode,
             proxy=cfg.proxy,
@@ -137,6 +138,7 @@ def build_tenant(
     management: Management,
     platform: list[pulumi.Resource],
     host_checks: list[pulumi.Resource] | None = None,
+    kubernetes_version: pulumi.Input[str] | None = None,
 ) -> TenantParts:
     """One tenant's subtree; it depends on the shared platform only, never on other tenants."""
     control_plane = Tenant(
@@ -148,6 +150,7 @@ def build_tenant(
             management_kubeconfig=management.kubeconfig,
             management_identity=management.identity,
             depends_on=platform,
+            kubernetes_version=kubernetes_version,
         ),
     )
     child = pulumi.ResourceOptions(parent=control_plane)
@@ -162,7 +165,8 @@ def build_tenant(
             provider=control_plane.provider,
             kubeconfig=control_plane.kubeconfig,
             control_plane_identity=control_plane.identity,
-            depends_on=[control_plane.admin_ready],
+            # kube-proxy is never newer than its API server: after an upgrade's control plane
+            depends_on=[control_plane.admin_ready, control_plane.version_ready],
         ),
         child,
     )
@@ -399,8 +403,11 @@ def build_lab(cfg: LabConfig, stack: str) -> Lab:
     management = _management(cfg, network)
     metallb, kamaji = _platform(cfg, plan, management, charts_dir)
     platform: list[pulumi.Resource] = [p for p in (metallb, kamaji) if p is not None]
+    guard = _upgrade_guard(cfg, stack)
     tenants = {
-        t.name: build_tenant(cfg, t, plan, network_name, management, platform, first)
+        t.name: build_tenant(
+            cfg, t, plan, network_name, management, platform, first, guard.version(t.name)
+        )
         for t in cfg.tenants
     }
     spec = spec_output(cfg, plan, stack, management, tenants)
@@ -411,6 +418,24 @@ def build_lab(cfg: LabConfig, stack: str) -> Lab:
         _validation(cfg, stack, spec, management, tenants, monitoring) if cfg.validate_lab else None
     )
     return Lab(plan, network, management, metallb, kamaji, tenants, spec, validation, monitoring)
+
+
+def _upgrade_guard(cfg: LabConfig, stack: str) -> UpgradeGuard:
+    return UpgradeGuard(
+        "upgrades",
+        UpgradeGuardArgs(
+            tenants=[
+                TenantVersion(
+                    name=t.name,
+                    version=t.kubernetes_version,
+                    workers=tuple(t.worker_names),
+                    replaced=t.worker_mode != "remote",
+                )
+                for t in cfg.tenants
+            ],
+            stack=f"{pulumi.get_organization()}/{pulumi.get_project()}/{stack}",
+        ),
+    )
 
 
 def spec_output(

@@ -7,6 +7,7 @@ from typing import Any
 import pulumi
 
 from components.lab import Lab
+from components.upgrade_guard import VERSION_KEY
 from labconfig.model import LabConfig
 from planning.footprint import lab_footprint
 
@@ -45,6 +46,8 @@ def stack_outputs(cfg: LabConfig, lab: Lab) -> dict[str, Any]:
                 "endpoint": parts.control_plane.endpoint,
                 "nodes": parts.workers.node_names,
                 "gpuMode": next(t.gpu_mode for t in cfg.tenants if t.name == name),
+                # What the next run's UpgradeGuard compares the config with.
+                VERSION_KEY: next(t.kubernetes_version for t in cfg.tenants if t.name == name),
                 "gpus": gpu_inventory(parts.inventory, cfg.hami_split_count),
             }
             for name, parts in lab.tenants.items()

@@ -28,6 +28,7 @@ from builders.scripts import (
     admission_policy_api_wait_script,
     api_server_healthz_wait_script,
     control_plane_admission_wait_script,
+    control_plane_version_wait_script,
     tenant_admin_authorized_wait_script,
 )
 from labconfig.model import TenantConfig
@@ -88,6 +89,9 @@ class TenantArgs:
     # act on that cluster run again on a new one.
     management_identity: pulumi.Input[str]
     depends_on: list[pulumi.Resource]
+    # The tenant's version once UpgradeGuard accepted it (the config's when omitted): a refused
+    # downgrade or minor skip never reaches the TenantControlPlane.
+    kubernetes_version: pulumi.Input[str] | None = None
 
 
 class Tenant(pulumi.ComponentResource):
@@ -119,12 +123,18 @@ class Tenant(pulumi.ComponentResource):
             triggers=[args.management_identity],
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.namespace, *args.depends_on]),
         )
+        spec = manifest["spec"]
+        if args.kubernetes_version is not None:
+            spec = {
+                **spec,
+                "kubernetes": {**spec["kubernetes"], "version": args.kubernetes_version},
+            }
         self.control_plane = k8s.apiextensions.CustomResource(
             f"{name}-control-plane",
             api_version=manifest["apiVersion"],
             kind=manifest["kind"],
             metadata=manifest["metadata"],
-            spec=manifest["spec"],
+            spec=spec,
             opts=pulumi.ResourceOptions.merge(
                 on_management,
                 pulumi.ResourceOptions(
@@ -201,6 +211,24 @@ class Tenant(pulumi.ComponentResource):
                     parent=self, depends_on=[self.control_plane, self.admin_ready]
                 ),
             )
+        # kubeadm's order: the control plane runs the new version before any kubelet, and
+        # kube-proxy, does (the workers and kube-proxy wait for this gate). A new tenant passes
+        # it as soon as it serves; a version change runs it again.
+        self.version_ready = command.local.Command(
+            f"{name}-version-ready",
+            create=control_plane_version_wait_script(),
+            environment={
+                "LAB_KUBECONFIG": self.kubeconfig,
+                "VERSION": tenant.kubernetes_version,
+                "MANAGEMENT_KUBECONFIG": pulumi.Output.secret(args.management_kubeconfig),
+                "TCP_NAME": manifest["metadata"]["name"],
+                "TCP_NAMESPACE": manifest["metadata"]["namespace"],
+            },
+            triggers=[self.api_ready.id, tenant.kubernetes_version],
+            opts=pulumi.ResourceOptions(
+                parent=self, depends_on=[self.control_plane, self.admin_ready]
+            ),
+        )
         self.register_outputs(
             {
                 "endpoint": self.endpoint,

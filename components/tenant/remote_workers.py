@@ -48,15 +48,19 @@ class RemoteWorkerPool(pulumi.ComponentResource):
         key = pulumi.Output.secret(args.ssh_private_key)
         labels = kubelet_node_labels(registration_labels(args.gpu_mode))
         self.joins: list[pulumi.Resource] = []
+        previous: list[pulumi.Resource] = []  # the host before this one, registered again
         for worker in args.workers:
             ssh = connection(worker, key)
             prepare = command.remote.Command(
                 f"{worker.name}-prepare",
                 connection=ssh,
                 create=prepare_script(worker.name, args.kubernetes_version, args.gpu_mode),
-                # A new version or GPU mode prepares the host again (idempotent).
+                # A new version or GPU mode prepares the host again (idempotent): after the
+                # control plane runs the version, one host after the other.
                 triggers=[args.kubernetes_version, args.gpu_mode, worker.host],
-                opts=pulumi.ResourceOptions(parent=self),
+                opts=pulumi.ResourceOptions(
+                    parent=self, depends_on=[args.control_plane, *previous]
+                ),
             )
             # Reset, then join afresh, when the host, its labels or the control plane change:
             # the kubelet applies --node-labels only when it registers the Node, and the join
@@ -87,5 +91,6 @@ class RemoteWorkerPool(pulumi.ComponentResource):
                 ),
             )
             self.joins.append(registered)
+            previous = [registered]
         self.node_names = [worker.name for worker in args.workers]
         self.register_outputs({"nodeNames": self.node_names})

@@ -35,6 +35,7 @@ class WorkerPoolArgs:
     image: str
     network_name: pulumi.Input[str]
     tenant_kubeconfig: pulumi.Input[str]
+    # The gate that the control plane runs the tenant's version (Tenant.version_ready).
     control_plane: pulumi.Resource
     control_plane_identity: pulumi.Input[str]
     gpu_mode: str
@@ -126,10 +127,14 @@ def node_container_args(
 
 
 class WorkerPool(pulumi.ComponentResource):
-    """All worker nodes of one tenant.
+    """All worker nodes of one tenant, one after the other.
 
-    A changed `proxy` stack config replaces the worker containers, as every container
-    environment change does; the config diff says why (the variables themselves are secret).
+    A new image (a version upgrade) replaces the containers in kubeadm's order: none before the
+    control plane runs the new version, and each only after the one before it has joined again,
+    so a single node at a time is drained and away. The same chain makes a new tenant's workers
+    join one after the other. A changed `proxy` stack config replaces the worker containers
+    too, as every container environment change does; the config diff says why (the variables
+    themselves are secret).
     """
 
     def __init__(
@@ -146,6 +151,7 @@ class WorkerPool(pulumi.ComponentResource):
         env = proxy_environment(args.proxy, args.no_proxy, args.node_names)
         self.containers: list[docker.Container] = []
         self.joins: list[command.local.Command] = []
+        previous: list[pulumi.Resource] = []  # the join of the node before this one
         for node_name in args.node_names:
             container_args = node_container_args(
                 node_name,
@@ -163,7 +169,12 @@ class WorkerPool(pulumi.ComponentResource):
                 **container_args,
                 # The name is fixed: the old container must go before the new one is created.
                 # pulumi-docker asks for this too; the option keeps it whatever the provider says.
-                opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True),
+                # Its join's delete (the drain) runs first (fact pulumi-replace-order).
+                opts=pulumi.ResourceOptions(
+                    parent=self,
+                    delete_before_replace=True,
+                    depends_on=[args.control_plane, *previous],
+                ),
             )
             mirrors = mirror_files(
                 f"{node_name}-registry-mirrors",
@@ -194,5 +205,6 @@ class WorkerPool(pulumi.ComponentResource):
             )
             self.containers.append(container)
             self.joins.append(join)
+            previous = [join]
         self.node_names = list(args.node_names)
         self.register_outputs({"nodeNames": self.node_names})

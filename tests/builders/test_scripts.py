@@ -825,3 +825,48 @@ def test_a_failed_write_of_the_admin_kubeconfig_leaves_no_copy_on_the_remote_hos
     assert result.returncode == 1
     assert host.calls("kubeadm") == []  # no token was asked for
     assert not (host.state.host_root / "etc/kubernetes/lab-admin.conf").exists()
+
+
+# --------------------------------------------------------------------------- leave: the drain
+
+
+def kubectl_verbs(host: FakeHost) -> list[str]:
+    words = (
+        [word for word in call[1:] if not word.startswith("-")] for call in host.calls("kubectl")
+    )
+    return [" ".join(found[:2]) for found in words]
+
+
+def test_leave_drains_the_node_before_deleting_it(host: FakeHost):
+    """kubeadm's order for a node that leaves or is upgraded: what it runs is listed, then it is
+    drained (DaemonSet pods stay, bare pods are deleted), and only then the Node goes."""
+    host.set_tenant(nodes={NODE: {}})
+    result = run(host, node_delete_script(), NODE_NAME=NODE, LAB_KUBECONFIG=host.tenant_kubeconfig)
+    assert result.returncode == 0, result.stderr
+    assert kubectl_verbs(host) == ["get node", "get pods", f"drain {NODE}", "delete node"]
+    drain = host.calls("kubectl")[2]
+    assert {"--ignore-daemonsets", "--delete-emptydir-data", "--force"} <= set(drain)
+    assert "--timeout=120s" in drain
+    listing = host.calls("kubectl")[1]
+    assert f"spec.nodeName={NODE}" in listing
+    assert f"draining {NODE}" in result.stderr
+    assert host.tenant_nodes() == {}
+
+
+def test_a_drain_that_does_not_finish_warns_and_the_node_still_goes(host: FakeHost):
+    host.set_tenant(nodes={NODE: {}}, drain_fails=True)
+    result = run(
+        host, node_delete_script(30), NODE_NAME=NODE, LAB_KUBECONFIG=host.tenant_kubeconfig
+    )
+    assert result.returncode == 0, result.stderr
+    assert "--timeout=30s" in host.calls("kubectl")[2]
+    assert f"warning: {NODE} was not drained within 30s" in result.stderr
+    assert host.tenant_nodes() == {}
+
+
+def test_a_node_already_gone_is_not_drained(host: FakeHost):
+    host.set_tenant(nodes={"tenant-a-worker-2": {}})
+    result = run(host, node_delete_script(), NODE_NAME=NODE, LAB_KUBECONFIG=host.tenant_kubeconfig)
+    assert result.returncode == 0, result.stderr
+    assert kubectl_verbs(host) == ["get node", "delete node"]
+    assert host.tenant_nodes() == {"tenant-a-worker-2": {}}

@@ -21,6 +21,7 @@ from tests.support.pulumi_harness import (
 )
 
 LAB = lab_stack_config()
+STACK_REFERENCE = "pulumi:pulumi:StackReference"
 
 # What a first `up` that stopped right after the kind cluster (a MetalLB gate or Helm timeout)
 # leaves in the state: the management cluster exists and its kubeconfig is known.
@@ -220,7 +221,7 @@ def not_in_tenants(name: str) -> bool:
 
 
 def kubeconfig_reads(run: ProgramRun) -> dict[str, str]:
-    return {r.name: r.read_id for r in run.resources if r.read}
+    return {r.name: r.read_id for r in run.resources if r.read and r.type != STACK_REFERENCE}
 
 
 PARTIAL_STATES = {

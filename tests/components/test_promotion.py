@@ -40,6 +40,9 @@ def nvml() -> ProgramRun:
     return run_program(stack_config("nvml"), stack="nvml")
 
 
+SELF_REFERENCE = "upgrades-last-deployment"
+
+
 def hami_values(run: ProgramRun) -> list[dict]:
     return [r.inputs["values"] for r in run.resources if r.name.endswith("-hami-chart")]
 
@@ -115,14 +118,18 @@ def test_lab_stack_registers_none_of_the_real_parts(lab: ProgramRun):
     kinds = Counter(r.type for r in lab.resources)
     assert kinds[REMOTE] == 0
     assert kinds["kubernetes:core/v1:NodePatch"] == 0
-    assert kinds["pulumi:pulumi:StackReference"] == 0
+    # Only its own last deployment (UpgradeGuard), no other stack.
+    references = lab.of_type("pulumi:pulumi:StackReference")
+    assert [r.inputs["name"] for r in references] == ["organization/kamaji-hami-lab/lab"]
     for values in hami_values(lab):
         assert values["devicePlugin"]["enabled"] is False
         assert "runtimeClassName" not in values["devicePlugin"]
 
 
 def test_nvml_stack_reuses_the_lab_cluster_through_a_stack_reference(nvml: ProgramRun):
-    (reference,) = nvml.of_type("pulumi:pulumi:StackReference")
+    (reference,) = [
+        r for r in nvml.of_type("pulumi:pulumi:StackReference") if r.name != SELF_REFERENCE
+    ]
     assert reference.inputs["name"] == "organization/kamaji-hami-lab/lab"
     names = {r.name for r in nvml.resources}
     assert not names & {"management-kind", "lab-network-bridge", "kamaji-chart", "metallb-chart"}
@@ -251,9 +258,12 @@ def test_first_preview_of_every_stack_reads_nothing_that_is_not_there_yet(stack:
     reads = {r.name: r.read_id for r in preview.resources if r.read}
     secrets = {r.name for r in preview.of_type("kubernetes:core/v1:Secret") if r.read}
     assert secrets and {reads.pop(name) for name in secrets} == {UNKNOWN}
-    # What is left is the other stack the nvml stack builds on, there by precondition.
+    # What is left: the stack's own last outputs (none before its first deployment, which
+    # the reference reads as such: fact pulumi-stack-reference-to-itself), and the other stack
+    # the nvml stack builds on, there by precondition.
+    own = {SELF_REFERENCE: f"organization/kamaji-hami-lab/{stack}"}
     assert reads == (
-        {"management-stack": "organization/kamaji-hami-lab/lab"} if stack == "nvml" else {}
+        {**own, "management-stack": "organization/kamaji-hami-lab/lab"} if stack == "nvml" else own
     )
 
 

@@ -43,6 +43,8 @@ from labconfig.kamaji_sources import KAMAJI_SOURCES
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 PROJECT = "kamaji-hami-lab"
+# What the CLI names the organization of a stack on a file backend.
+ORGANIZATION = "organization"
 SECRET_SIG = "4dabf18193072939515e22adb298388d"
 SECRET_MARK = "1b47061264138c4ac30d75fd1eb44270"
 
@@ -302,9 +304,17 @@ class LabMocks(pulumi.runtime.Mocks):
     cluster; anything else fails with the engine's "does not exist".
     """
 
-    def __init__(self, preview: bool, existing: Callable[[str], bool]) -> None:
+    def __init__(
+        self,
+        preview: bool,
+        existing: Callable[[str], bool],
+        last_outputs: dict[str, Any] | None = None,
+    ) -> None:
         self.preview = preview
         self.existing = existing
+        # The stack's own outputs of its last deployment (UpgradeGuard reads them by a
+        # reference named org/project/stack); none: a stack never deployed.
+        self.last_outputs = last_outputs or {}
         self.cluster: dict[tuple[str, str], dict[str, Any]] = {}
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs):
@@ -344,6 +354,11 @@ class LabMocks(pulumi.runtime.Mocks):
         ):
             # What the tenant's token controller writes, and the provider waits for.
             state["data"] = FAKE_READER_TOKEN_DATA
+        elif args.typ == "pulumi:pulumi:StackReference" and args.inputs["name"] == (
+            f"{ORGANIZATION}/{PROJECT}/{pulumi.get_stack()}"
+        ):
+            state["outputs"] = {"managementKubeconfig": FAKE_KUBECONFIG, **self.last_outputs}
+            state["secretOutputNames"] = ["managementKubeconfig"]
         elif args.typ == "pulumi:pulumi:StackReference":
             state["outputs"] = {"managementKubeconfig": FAKE_KUBECONFIG}
             state["secretOutputNames"] = ["managementKubeconfig"]
@@ -426,6 +441,7 @@ def run_program(
     secret_keys: Collection[str] | None = None,
     automation: bool = False,
     host: MockHost | None = None,
+    last_outputs: dict[str, Any] | None = None,
 ) -> ProgramRun:
     """Runs __main__.py with this stack config and returns what it registered.
 
@@ -436,6 +452,7 @@ def run_program(
     by name; by default all of them, as in a preview of a lab that is fully up.
 
     `host` plays the machine (a default MockHost when None): the real one is never asked.
+    `last_outputs`: the stack's own outputs as its last deployment left them.
     """
     run = ProgramRun()
     loop = asyncio.new_event_loop()
@@ -447,7 +464,7 @@ def run_program(
     try:
         program_host.current = host if host is not None else MockHost()
         os.chdir(PROJECT_DIR)
-        mocks = LabMocks(preview, _in_state(existing))
+        mocks = LabMocks(preview, _in_state(existing), last_outputs)
         # set_mocks makes a root Stack only when there is none: without this, every run in a
         # process parented its components to the first run's stack (seen in the snapshots).
         pulumi.runtime.settings.ROOT.set(None)
@@ -457,6 +474,7 @@ def run_program(
             stack=stack,
             preview=preview,
             monitor=RecordingMonitor(mocks, run),
+            organization=ORGANIZATION,
         )
         # set_mocks keeps the task set of the last run; a failed run leaves tasks of its
         # (now closed) loop there, which the next run would wait for.
