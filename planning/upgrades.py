@@ -88,18 +88,22 @@ def judge_all(previous: dict[str, str], wanted: Sequence[tuple[str, str]]) -> li
 def upgrade_steps(change: VersionChange, workers: Sequence[str], replaced: bool) -> str:
     """What `pulumi up` will do for an upgrade, in kubeadm's order, for the preview.
 
-    `replaced`: worker containers, replaced by a node of the new image; remote hosts are
-    upgraded in place (packages, `kubeadm upgrade node`, kubelet restart).
+    `replaced`: worker containers, replaced by a node of the new image; remote hosts get the
+    version's packages in place, their kubelet restarting with its pods (not drained).
     """
     how = (
         "drained, replaced by a node of the new image and joined again"
         if replaced
-        else "drained, its kubeadm and kubelet upgraded in place, then uncordoned"
+        else "given the version's kubeadm and kubelet packages in place (its pods stay)"
     )
     order = ", then ".join(workers) if workers else "no worker"
-    return (
+    steps = (
         f"tenant {change.tenant}: {change.previous} -> {change.wanted}. Kamaji upgrades the"
-        f" control plane first; then one worker at a time ({order}) is {how}. Pods a"
-        " controller owns come back on another node or the new one, with the same GPU slices"
-        " asked for; pods nothing owns are not re-created (the drain lists them)"
+        f" control plane first; then one worker at a time ({order}) is {how}"
+    )
+    if not replaced:
+        return steps
+    return (
+        f"{steps}. Pods a controller owns come back on another node or the new one, asking for"
+        " the same GPU slices; pods nothing owns are not re-created (the drain lists them)"
     )

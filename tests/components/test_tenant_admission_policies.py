@@ -42,7 +42,7 @@ def test_a_simulated_tenant_registers_its_nodes_at_creation(lab: ProgramRun, ten
 
 
 def test_tenants_without_simulated_gpus_register_no_nodes():
-    nvml = run_program(stack_config("nvml"))
+    nvml = run_program(stack_config("nvml"), stack="nvml")
     names = [r.name for r in nvml.of_type(POLICY)]
     registering = [n for n in names if n.endswith("-registration-mutatingadmissionpolicy")]
     assert registering == []

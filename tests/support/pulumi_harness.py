@@ -357,8 +357,8 @@ class LabMocks(pulumi.runtime.Mocks):
         elif args.typ == "pulumi:pulumi:StackReference" and args.inputs["name"] == (
             f"{ORGANIZATION}/{PROJECT}/{pulumi.get_stack()}"
         ):
-            state["outputs"] = {"managementKubeconfig": FAKE_KUBECONFIG, **self.last_outputs}
-            state["secretOutputNames"] = ["managementKubeconfig"]
+            state["outputs"] = self.last_outputs
+            state["secretOutputNames"] = []
         elif args.typ == "pulumi:pulumi:StackReference":
             state["outputs"] = {"managementKubeconfig": FAKE_KUBECONFIG}
             state["secretOutputNames"] = ["managementKubeconfig"]
