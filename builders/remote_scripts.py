@@ -266,3 +266,24 @@ until kubectl get node "$NODE_NAME" >/dev/null 2>&1; do
 done
 """
     )
+
+
+def remote_upgrade_node_script(node_name: str) -> str:
+    """kubeadm's worker upgrade on a joined host, after its packages moved to the new version:
+    `kubeadm upgrade node` (the kubelet configuration of the cluster's new version), then the
+    kubelet restarted. A host not joined yet is left to the join (fact
+    `kubeadm-upgrade-node-on-a-worker`)."""
+    node = shlex.quote(node_name)
+    return (
+        STRICT
+        + AS_ROOT
+        + f"""\
+if ! $SUDO test -f /etc/kubernetes/kubelet.conf; then
+  echo {node}": not joined yet: nothing to upgrade" >&2; exit 0
+fi
+$SUDO kubeadm upgrade node >&2
+$SUDO systemctl daemon-reload
+$SUDO systemctl restart kubelet
+echo {node}": kubeadm upgrade node done, kubelet restarted" >&2
+"""
+    )

@@ -503,6 +503,24 @@ LEAVING_PODS_TEMPLATE = (
 )
 
 
+def _drain(timeout_seconds: int, not_drained: str, fail: bool) -> str:
+    """Shell that lists the pods a drain of $NODE_NAME takes away (LEAVING_PODS_TEMPLATE),
+    then drains it: pods a controller owns are evicted (PodDisruptionBudgets respected), pods
+    nothing owns deleted (`--force`), DaemonSet pods left. A drain that does not finish prints
+    `not_drained` and, with `fail`, exits 1. Needs KUBECONFIG set (KUBECONFIG_PRELUDE)."""
+    give_up = "exit 1" if fail else "true"
+    return f"""\
+kubectl --request-timeout=20s get pods --all-namespaces \\
+  --field-selector "spec.nodeName=$NODE_NAME" -o go-template='{LEAVING_PODS_TEMPLATE}' >&2 \\
+  || true
+if ! kubectl --request-timeout=20s drain "$NODE_NAME" --ignore-daemonsets \\
+    --delete-emptydir-data --force --timeout={timeout_seconds}s >&2; then
+  echo "{not_drained}" >&2
+  {give_up}
+fi
+"""
+
+
 def node_delete_script(drain_timeout_seconds: int = 120) -> str:
     """Takes the node out of its tenant with kubectl on the host: drains it, then deletes the
     Node object. Runs on destroy and before a worker is replaced (an upgrade to a new image).
@@ -518,22 +536,79 @@ def node_delete_script(drain_timeout_seconds: int = 120) -> str:
     valid until it expires (Kamaji issues it for a year and renews it a day before), so
     reading the Secret afresh would buy nothing.
     """
+    not_drained = (
+        f"warning: $NODE_NAME was not drained within {drain_timeout_seconds}s;"
+        " the pods left on it go with it"
+    )
+    return (
+        STRICT
+        + KUBECONFIG_PRELUDE
+        + 'if kubectl --request-timeout=10s get node "$NODE_NAME" >/dev/null 2>&1; then\n'
+        + '  echo "draining $NODE_NAME; the pods it runs:" >&2\n'
+        + _drain(drain_timeout_seconds, not_drained, fail=False)
+        + "fi\n"
+        + 'kubectl --request-timeout=20s delete node "$NODE_NAME" --ignore-not-found \\\n'
+        + '  || echo "warning: could not delete node $NODE_NAME from its tenant" >&2\n'
+    )
+
+
+KUBELET_VERSION = "{.status.nodeInfo.kubeletVersion}"
+
+
+def drain_for_upgrade_script(drain_timeout_seconds: int = 300) -> str:
+    """Drains a remote host before its packages move to VERSION (kubeadm's order for a worker),
+    with kubectl on the host. Needs NODE_NAME, VERSION and LAB_KUBECONFIG.
+
+    A host not in the tenant yet (a first `pulumi up`), or whose kubelet already runs VERSION,
+    is left alone. A drain that does not finish stops the upgrade there: the host stays
+    cordoned with its pods, and the message says what held it (a PodDisruptionBudget, a pod
+    that does not end); `pulumi up` tries again.
+    """
+    not_drained = (
+        f"$NODE_NAME was not drained within {drain_timeout_seconds}s, so its upgrade stops"
+        " here: the node stays cordoned. See what holds it (kubectl get pdb -A), then run"
+        " pulumi up again"
+    )
     return (
         STRICT
         + KUBECONFIG_PRELUDE
         + f"""\
-if kubectl --request-timeout=10s get node "$NODE_NAME" >/dev/null 2>&1; then
-  echo "draining $NODE_NAME; the pods it runs:" >&2
-  kubectl --request-timeout=20s get pods --all-namespaces \\
-    --field-selector "spec.nodeName=$NODE_NAME" -o go-template='{LEAVING_PODS_TEMPLATE}' >&2 \\
-    || true
-  if ! kubectl --request-timeout=20s drain "$NODE_NAME" --ignore-daemonsets \\
-      --delete-emptydir-data --force --timeout={drain_timeout_seconds}s >&2; then
-    echo "warning: $NODE_NAME was not drained within {drain_timeout_seconds}s;" \\
-      "the pods left on it go with it" >&2
-  fi
+kubelet=$(kubectl --request-timeout=10s get node "$NODE_NAME" \\
+  -o 'jsonpath={KUBELET_VERSION}' 2>/dev/null || true)
+if [ -z "$kubelet" ]; then
+  echo "$NODE_NAME is not in the tenant yet: nothing to drain" >&2; exit 0
 fi
+if [ "$kubelet" = "$VERSION" ]; then
+  echo "$NODE_NAME already runs $VERSION: nothing to drain" >&2; exit 0
+fi
+echo "draining $NODE_NAME for its upgrade from $kubelet to $VERSION; the pods it runs:" >&2
 """
-        + 'kubectl --request-timeout=20s delete node "$NODE_NAME" --ignore-not-found \\\n'
-        + '  || echo "warning: could not delete node $NODE_NAME from its tenant" >&2\n'
+        + _drain(drain_timeout_seconds, not_drained, fail=True)
+    )
+
+
+def node_upgraded_script(timeout_seconds: int = 300, interval_seconds: int = 3) -> str:
+    """Waits until the Node's kubelet reports VERSION, then uncordons it: the last step of
+    kubeadm's order for a worker (after a first join it only waits). Not Ready: on a first
+    `pulumi up` the CNI comes after the workers. Needs NODE_NAME, VERSION and LAB_KUBECONFIG."""
+    return (
+        STRICT
+        + KUBECONFIG_PRELUDE
+        + f"""\
+deadline=$(( $(date +%s) + {timeout_seconds} ))
+until [ "$(kubectl --request-timeout=10s get node "$NODE_NAME" \\
+    -o 'jsonpath={KUBELET_VERSION}' 2>/dev/null || true)" = "$VERSION" ]; do
+  if [ "$(date +%s)" -ge "$deadline" ]; then
+    echo "$NODE_NAME's kubelet does not report $VERSION after {timeout_seconds}s; it reports:" >&2
+    kubectl --request-timeout=10s get node "$NODE_NAME" -o wide >&2 || true
+    exit 1
+  fi
+  sleep {interval_seconds}
+done
+if [ "$(kubectl --request-timeout=10s get node "$NODE_NAME" \\
+    -o 'jsonpath={{.spec.unschedulable}}')" = true ]; then
+  kubectl --request-timeout=20s uncordon "$NODE_NAME" >&2
+fi
+echo "$NODE_NAME runs $VERSION, schedulable" >&2
+"""
     )

@@ -1,4 +1,10 @@
-"""RemoteWorkerPool: GPU hosts over SSH, prepared and joined with kubeadm at the tenant version."""
+"""RemoteWorkerPool: GPU hosts over SSH, prepared and joined with kubeadm at the tenant version.
+
+A new version upgrades each host in kubeadm's order for a worker, one host after the other and
+only once the control plane runs it: drain, the version's packages, `kubeadm upgrade node` and a
+kubelet restart, uncordon. On a first `pulumi up` the same steps find nothing to drain or
+upgrade, and the join does the rest.
+"""
 
 from __future__ import annotations
 
@@ -12,8 +18,9 @@ from builders.remote_scripts import (
     prepare_script,
     remote_join_script,
     remote_reset_script,
+    remote_upgrade_node_script,
 )
-from builders.scripts import node_delete_script
+from builders.scripts import drain_for_upgrade_script, node_delete_script, node_upgraded_script
 from labconfig.model import RemoteWorker
 from planning.node_labels import kubelet_node_labels, registration_labels
 
@@ -48,19 +55,37 @@ class RemoteWorkerPool(pulumi.ComponentResource):
         key = pulumi.Output.secret(args.ssh_private_key)
         labels = kubelet_node_labels(registration_labels(args.gpu_mode))
         self.joins: list[pulumi.Resource] = []
-        previous: list[pulumi.Resource] = []  # the host before this one, registered again
+        previous: list[pulumi.Resource] = []  # the host before this one, at the version
         for worker in args.workers:
             ssh = connection(worker, key)
+            on_tenant = {
+                "NODE_NAME": worker.name,
+                "VERSION": args.kubernetes_version,
+                "LAB_KUBECONFIG": args.tenant_kubeconfig,
+            }
+            drain = command.local.Command(
+                f"{worker.name}-drain-for-version",
+                create=drain_for_upgrade_script(),
+                environment=on_tenant,
+                triggers=[args.kubernetes_version],
+                opts=pulumi.ResourceOptions(
+                    parent=self, depends_on=[args.control_plane, *previous]
+                ),
+            )
             prepare = command.remote.Command(
                 f"{worker.name}-prepare",
                 connection=ssh,
                 create=prepare_script(worker.name, args.kubernetes_version, args.gpu_mode),
-                # A new version or GPU mode prepares the host again (idempotent): after the
-                # control plane runs the version, one host after the other.
+                # A new version or GPU mode prepares the host again (idempotent).
                 triggers=[args.kubernetes_version, args.gpu_mode, worker.host],
-                opts=pulumi.ResourceOptions(
-                    parent=self, depends_on=[args.control_plane, *previous]
-                ),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[drain]),
+            )
+            upgrade = command.remote.Command(
+                f"{worker.name}-upgrade-node",
+                connection=ssh,
+                create=remote_upgrade_node_script(worker.name),
+                triggers=[args.kubernetes_version],
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[prepare]),
             )
             # Reset, then join afresh, when the host, its labels or the control plane change:
             # the kubelet applies --node-labels only when it registers the Node, and the join
@@ -75,7 +100,7 @@ class RemoteWorkerPool(pulumi.ComponentResource):
                 triggers=[worker.host, labels, args.control_plane_identity],
                 opts=pulumi.ResourceOptions(
                     parent=self,
-                    depends_on=[prepare, args.control_plane],
+                    depends_on=[upgrade, args.control_plane],
                     delete_before_replace=True,
                 ),
             )
@@ -90,7 +115,14 @@ class RemoteWorkerPool(pulumi.ComponentResource):
                     parent=self, depends_on=[join], delete_before_replace=True
                 ),
             )
+            upgraded = command.local.Command(
+                f"{worker.name}-at-version",
+                create=node_upgraded_script(),
+                environment=on_tenant,
+                triggers=[args.kubernetes_version, registered.id],
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[upgrade, registered]),
+            )
             self.joins.append(registered)
-            previous = [registered]
+            previous = [upgraded]
         self.node_names = [worker.name for worker in args.workers]
         self.register_outputs({"nodeNames": self.node_names})

@@ -22,15 +22,19 @@ from builders.remote_scripts import (
     prepare_script,
     remote_join_script,
     remote_reset_script,
+    remote_upgrade_node_script,
 )
 from builders.scripts import (
     api_server_healthz_wait_script,
     control_plane_admission_wait_script,
+    control_plane_version_wait_script,
+    drain_for_upgrade_script,
     kind_cluster_config,
     kind_create_script,
     kind_delete_script,
     metallb_webhook_wait_script,
     node_delete_script,
+    node_upgraded_script,
     worker_join_script,
 )
 from tests.support.fake_host import (
@@ -87,6 +91,10 @@ SCRIPTS = {
     "prepare-real-v1.36": prepare_script("gpu-host-1", "v1.36.0", "real"),
     "remote-join": remote_join_script("gpu-host-1", "gpu=on"),
     "remote-reset": remote_reset_script("gpu-host-1"),
+    "remote-upgrade-node": remote_upgrade_node_script("gpu-host-1"),
+    "drain-for-upgrade": drain_for_upgrade_script(),
+    "node-upgraded": node_upgraded_script(),
+    "version-wait": control_plane_version_wait_script(),
 }
 
 
@@ -870,3 +878,78 @@ def test_a_node_already_gone_is_not_drained(host: FakeHost):
     assert result.returncode == 0, result.stderr
     assert kubectl_verbs(host) == ["get node", "delete node"]
     assert host.tenant_nodes() == {"tenant-a-worker-2": {}}
+
+
+# --------------------------------------------------------------------------- remote upgrades
+
+
+def on_tenant(host: FakeHost, version: str = "v1.36.4") -> dict[str, str]:
+    return {"NODE_NAME": "gpu-host-1", "VERSION": version, "LAB_KUBECONFIG": host.tenant_kubeconfig}
+
+
+@pytest.mark.parametrize(
+    ("nodes", "said"),
+    [
+        ({}, "gpu-host-1 is not in the tenant yet: nothing to drain"),
+        ({"gpu-host-1": {"kubeletVersion": "v1.36.4"}}, "gpu-host-1 already runs v1.36.4"),
+    ],
+)
+def test_the_upgrade_drain_leaves_a_new_or_current_host_alone(host: FakeHost, nodes, said):
+    host.set_tenant(nodes=nodes)
+    result = run(host, drain_for_upgrade_script(), **on_tenant(host))
+    assert result.returncode == 0, result.stderr
+    assert said in result.stderr
+    assert "drain" not in kubectl_verbs(host)[-1]
+
+
+def test_the_upgrade_drain_drains_a_host_on_the_old_version(host: FakeHost):
+    host.set_tenant(nodes={"gpu-host-1": {"kubeletVersion": "v1.35.8"}})
+    result = run(host, drain_for_upgrade_script(), **on_tenant(host))
+    assert result.returncode == 0, result.stderr
+    assert "draining gpu-host-1 for its upgrade from v1.35.8 to v1.36.4" in result.stderr
+    assert kubectl_verbs(host) == ["get node", "get pods", "drain gpu-host-1"]
+    assert host.tenant_nodes()["gpu-host-1"]["unschedulable"] is True
+
+
+def test_an_upgrade_drain_that_does_not_finish_stops_the_upgrade(host: FakeHost):
+    """Unlike a leave: the host keeps its pods and stays cordoned, and pulumi up stops there."""
+    host.set_tenant(nodes={"gpu-host-1": {"kubeletVersion": "v1.35.8"}}, drain_fails=True)
+    result = run(host, drain_for_upgrade_script(45), **on_tenant(host))
+    assert result.returncode == 1
+    assert "gpu-host-1 was not drained within 45s, so its upgrade stops here" in result.stderr
+    assert "gpu-host-1" in host.tenant_nodes()
+
+
+def test_a_host_at_the_version_is_uncordoned(host: FakeHost):
+    host.set_tenant(nodes={"gpu-host-1": {"kubeletVersion": "v1.36.4", "unschedulable": True}})
+    result = run(host, node_upgraded_script(), **on_tenant(host))
+    assert result.returncode == 0, result.stderr
+    assert "uncordon gpu-host-1" in kubectl_verbs(host)
+    assert "unschedulable" not in host.tenant_nodes()["gpu-host-1"]
+    assert "gpu-host-1 runs v1.36.4, schedulable" in result.stderr
+
+
+def test_a_host_whose_kubelet_stays_old_fails_and_stays_cordoned(host: FakeHost):
+    host.set_tenant(nodes={"gpu-host-1": {"kubeletVersion": "v1.35.8", "unschedulable": True}})
+    result = run(host, node_upgraded_script(2, 1), **on_tenant(host))
+    assert result.returncode == 1
+    assert "gpu-host-1's kubelet does not report v1.36.4 after 2s" in result.stderr
+    assert host.tenant_nodes()["gpu-host-1"]["unschedulable"] is True
+
+
+@pytest.mark.upstream("kubeadm-upgrade-node-on-a-worker")
+def test_kubeadm_upgrade_node_runs_only_on_a_joined_host(host: FakeHost):
+    fresh = host.run_remote(remote_upgrade_node_script("gpu-host-1"))
+    assert fresh.returncode == 0, fresh.stderr
+    assert "gpu-host-1: not joined yet: nothing to upgrade" in fresh.stderr
+    assert host.calls("kubeadm") == []
+    prepared = host.run_remote(prepare_script("gpu-host-1", "v1.35.8", "nvml-mock"))
+    assert prepared.returncode == 0, prepared.stderr  # kubeadm and kubelet installed
+    kubelet_conf = host.state.host_root / "etc/kubernetes/kubelet.conf"
+    kubelet_conf.parent.mkdir(parents=True, exist_ok=True)
+    kubelet_conf.write_text("joined")
+    before = len(host.calls("kubeadm"))
+    joined = host.run_remote(remote_upgrade_node_script("gpu-host-1"))
+    assert joined.returncode == 0, joined.stderr
+    assert host.calls("kubeadm")[before:] == [["kubeadm", "upgrade", "node"]]
+    assert ["systemctl", "restart", "kubelet"] in host.calls("systemctl")

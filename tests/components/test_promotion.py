@@ -50,13 +50,12 @@ def hami_values(run: ProgramRun) -> list[dict]:
 def test_real_gpu_stack_prepares_and_joins_remote_hosts(gpu: ProgramRun):
     names = {r.name for r in gpu.of_type(REMOTE)}
     assert names == {
-        "gpu-host-1-prepare",
-        "gpu-host-1-join",
-        "gpu-host-2-prepare",
-        "gpu-host-2-join",
+        f"{host}-{step}"
+        for host in ("gpu-host-1", "gpu-host-2")
+        for step in ("prepare", "upgrade-node", "join")
     }
     join = gpu.named("gpu-host-1-join")
-    assert gpu.named("gpu-host-1-prepare").urn in join.dependencies
+    assert gpu.named("gpu-host-1-prepare").urn in gpu.depends_on(join.urn)
     assert gpu.named("team-a-control-plane").urn in gpu.depends_on(join.urn)
     assert join.inputs["connection"]["host"] == "192.0.2.11"
     assert join.inputs["connection"]["user"] == "ubuntu"

@@ -295,7 +295,13 @@ def test_an_input_that_does_not_come_from_the_cluster_leaves_resources_behind(
     [
         ("lab", "tenant-a", {"tenant-a-workers-image"}),
         ("nvml", "tenant-nvml", {"tenant-nvml-workers-image"}),
-        ("gpu", "team-a", {"gpu-host-1-prepare"}),  # installs packages on the host
+        # host steps: packages, and the version's drain and kubeadm upgrade (nothing to do
+        # on a new control plane's first run)
+        (
+            "gpu",
+            "team-a",
+            {"gpu-host-1-prepare", "gpu-host-1-drain-for-version", "gpu-host-1-upgrade-node"},
+        ),
     ],
 )
 def test_replacing_a_control_plane_moves_its_tenant_and_nothing_else(

@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pulumi
 import pytest
 
 from labconfig.model import DEFAULT_TENANT_VERSION
-from tests.support.pulumi_harness import ProgramRun, lab_stack_config, run_program
+from tests.support.pulumi_harness import (
+    FAKE_KUBECONFIG,
+    ProgramRun,
+    lab_stack_config,
+    run_program,
+    stack_config,
+)
 
 SELF = "upgrades-last-deployment"
+GPU_SECRETS = {"sshPrivateKey": "fake-ssh-key", "managementKubeconfig": FAKE_KUBECONFIG}
 
 
 def two_workers() -> dict[str, Any]:
@@ -108,3 +116,33 @@ def test_the_version_gate_runs_again_for_a_new_version_and_kube_proxy_waits_for_
     assert gate.is_secret("environment.MANAGEMENT_KUBECONFIG")
     daemon_set = run.named("tenant-a-kube-proxy-daemonset")
     assert gate.urn in run.depends_on(daemon_set.urn)
+
+
+def two_gpu_hosts() -> dict[str, Any]:
+    config = {**stack_config("gpu"), **GPU_SECRETS}
+    config["tenants"] = [dict(t) for t in config["tenants"]]
+    team_a = config["tenants"][0]
+    team_a["remoteWorkers"] = [
+        *team_a["remoteWorkers"],
+        {"name": "gpu-host-3", "host": "192.0.2.13", "user": "ubuntu"},
+    ]
+    return config
+
+
+def test_remote_hosts_upgrade_in_kubeadms_order_one_after_the_other():
+    """Per host: drain, the version's packages, `kubeadm upgrade node` and a kubelet restart,
+    the join (a first run only), the kubelet at the version and uncordoned; the next host only
+    after that, and the first only once the control plane runs the version."""
+    run = run_program(two_gpu_hosts(), stack="gpu")
+    order = ["drain-for-version", "prepare", "upgrade-node", "join", "registered", "at-version"]
+    for before, after in itertools.pairwise(order):
+        assert f"gpu-host-1-{before}" in dependencies(run, f"gpu-host-1-{after}"), after
+    assert "team-a-version-ready" in dependencies(run, "gpu-host-1-drain-for-version")
+    assert "gpu-host-1-at-version" in dependencies(run, "gpu-host-3-drain-for-version")
+    for step in ("drain-for-version", "prepare", "upgrade-node", "at-version"):
+        registration = run.named(f"gpu-host-3-{step}")
+        assert DEFAULT_TENANT_VERSION in registration.inputs["triggers"], step
+    drain = run.named("gpu-host-3-drain-for-version")
+    assert drain.inputs["environment"]["VERSION"] == DEFAULT_TENANT_VERSION
+    assert drain.is_secret("environment.LAB_KUBECONFIG")
+    assert "kubeadm upgrade node" in run.named("gpu-host-3-upgrade-node").inputs["create"]

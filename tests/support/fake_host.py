@@ -319,16 +319,26 @@ def kubectl(state: State, args: list[str]) -> int:
     nodes = tenant.setdefault("nodes", {})
     words = [a for a in args if not a.startswith("--")]
     if words[:2] == ["get", "node"]:
-        return (
-            0
-            if words[2] in nodes
-            else fail(f'Error from server (NotFound): nodes "{words[2]}" not found')
-        )
+        if words[2] not in nodes:
+            return fail(f'Error from server (NotFound): nodes "{words[2]}" not found')
+        node = nodes[words[2]]
+        output = option(args, "-o") or ""
+        if "kubeletVersion" in output:  # what a tenant's Node reports, set by the test
+            print(node.get("kubeletVersion", ""), end="")
+        elif "unschedulable" in output:
+            print("true" if node.get("unschedulable") else "", end="")
+        return 0
+    if words[0] == "uncordon":
+        nodes[words[1]].pop("unschedulable", None)
+        state.save("tenant", tenant)
+        return 0
     if words[:2] == ["get", "pods"]:
         return 0
     if words[0] == "drain":
         if tenant.get("drain_fails"):
             return fail(f'error: unable to drain node "{words[1]}" due to error: timed out')
+        nodes[words[1]]["unschedulable"] = True
+        state.save("tenant", tenant)
         return 0
     if words[:2] == ["delete", "node"]:
         if words[2] not in nodes and "--ignore-not-found" not in args:
@@ -356,6 +366,8 @@ def kubeadm(state: State, args: list[str]) -> int:
         return 0
     if args[0] == "join":
         return kubeadm_join(state, root, host, args)
+    if args[:2] == ["upgrade", "node"]:
+        return 0
     if args[0] == "reset":
         refused = no_cri_socket_among_several(host, option(args, "--cri-socket"))
         if refused:

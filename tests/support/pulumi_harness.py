@@ -515,9 +515,11 @@ def _ignore_failed_reads(loop: asyncio.AbstractEventLoop, context: dict[str, Any
     formatting calls ast.parse (Python 3.11's caret anchors). A collection can run in the
     middle of another ast.parse (pytest rewriting a test module's asserts), and that nested
     call breaks CPython 3.11's AST recursion bookkeeping: "SystemError: AST constructor
-    recursion depth mismatch" ended whole test sessions. The expected failures stay silent.
+    recursion depth mismatch" ended whole test sessions. The expected failures stay silent:
+    the reads, and a program stopped by a RunError (UpgradeGuard's refusals), which
+    run_program raises anyway.
     """
-    if not isinstance(context.get("exception"), MissingResource):
+    if not isinstance(context.get("exception"), (MissingResource, pulumi.RunError)):
         loop.default_exception_handler(context)
 
 
