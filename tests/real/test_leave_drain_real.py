@@ -187,6 +187,16 @@ def test_the_leave_lists_each_pod_drains_the_node_and_deletes_it(tenant):
             },
         },
     )
+    # Owned, but by no controller (no `controller: true`): the drain takes it as it takes a bare
+    # pod, and nothing re-creates it.
+    settings = plane.kubectl("create", "configmap", "settings", "-n", NS, "-o", "json").stdout
+    owner = {"apiVersion": "v1", "kind": "ConfigMap", "name": "settings",
+             "uid": json.loads(settings)["metadata"]["uid"]}  # fmt: skip
+    apply(plane, {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "config-owned", "namespace": NS, "ownerReferences": [owner]},
+        "spec": pod_spec(nodeName=LEAVING),
+    })  # fmt: skip
     web = running_pod(plane, "app=web", LEAVING)["metadata"]["name"]
     wait_until(
         lambda: len([p for p in pods(plane, "-l", "app=agent") if running_on(p, LEAVING)]) == 1,
@@ -194,7 +204,7 @@ def test_the_leave_lists_each_pod_drains_the_node_and_deletes_it(tenant):
     )  # fmt: skip
     (agent,) = [p for p in pods(plane, "-l", "app=agent") if p["spec"]["nodeName"] == LEAVING]
     agent = agent["metadata"]["name"]
-    for pod in ("bare", "dra"):
+    for pod in ("bare", "config-owned", "dra"):
         plane.wait_for_object(
             "pod", pod, "-n", NS, condition=lambda p: running_on(p, LEAVING), what=f"{pod} runs"
         )
@@ -206,8 +216,9 @@ def test_the_leave_lists_each_pod_drains_the_node_and_deletes_it(tenant):
 
     assert result.returncode == 0, result.stderr
     assert listed(result.stderr) == [  # one line each, in the API server's order (name)
-        f"  {NS}/bare: nothing owns it, it is not re-created; GPU slices {SLICES}",
-        f"  {NS}/dra: nothing owns it, it is not re-created; DRA claims",
+        f"  {NS}/bare: no controller owns it, it is not re-created; GPU slices {SLICES}",
+        f"  {NS}/config-owned: no controller owns it, it is not re-created",
+        f"  {NS}/dra: no controller owns it, it is not re-created; DRA claims",
         f"  {NS}/{web}: its ReplicaSet re-creates it; GPU slices {SLICES}",
     ]
     assert f"node/{LEAVING} drained" in result.stderr
@@ -216,12 +227,14 @@ def test_the_leave_lists_each_pod_drains_the_node_and_deletes_it(tenant):
     assert f"ignoring DaemonSet-managed Pods: {NS}/{agent}" in result.stderr
     assert evicted_or_deleted(plane, agent) == []
     assert plane.get_json("pod", agent, "-n", NS)["metadata"].get("deletionTimestamp") is None
-    # The others were evicted (--force lets the drain take the pods nothing owns), and kwok,
-    # as their kubelet, ended them.
-    for pod in (web, "bare", "dra"):
+    # The others were evicted (--force lets the drain take the pods no controller owns: the
+    # ones the listing says are not re-created), and kwok, as their kubelet, ended them.
+    unowned = f"{NS}/bare, {NS}/config-owned, {NS}/dra"
+    assert f"deleting Pods that declare no controller: {unowned}" in result.stderr
+    for pod in (web, "bare", "config-owned", "dra"):
         assert evicted_or_deleted(plane, pod) == ["create eviction 201"], pod
     remaining = {p["metadata"]["name"] for p in pods(plane)}
-    assert {"bare", "dra", web} & remaining == set()
+    assert {"bare", "config-owned", "dra", web} & remaining == set()
     assert plane.kubectl("get", "node", LEAVING, check=False).returncode != 0  # NotFound
     replacement = running_pod(plane, "app=web", STAYING)
     assert replacement["metadata"]["name"] != web

