@@ -491,11 +491,13 @@ fi
 
 # One line per pod a drain takes away (not DaemonSet pods: the drain leaves them), saying
 # whether anything re-creates it and which GPU share it held (HAMi's allocation, or DRA claims).
+# Its owner is the drain's: the owner reference marked `controller` (facts
+# kubectl-drain-force-deletes-unowned-pods, kubectl-drain-ignore-daemonsets-leaves-them).
 LEAVING_PODS_TEMPLATE = (
     '{{range .items}}{{$owner := "nothing"}}'
-    "{{with .metadata.ownerReferences}}{{$owner = (index . 0).kind}}{{end}}"
+    "{{range .metadata.ownerReferences}}{{if .controller}}{{$owner = .kind}}{{end}}{{end}}"
     '{{if ne $owner "DaemonSet"}}  {{.metadata.namespace}}/{{.metadata.name}}: '
-    '{{if eq $owner "nothing"}}nothing owns it, it is not re-created'
+    '{{if eq $owner "nothing"}}no controller owns it, it is not re-created'
     "{{else}}its {{$owner}} re-creates it{{end}}"
     '{{with .metadata.annotations}}{{with index . "hami.io/vgpu-devices-allocated"}}'
     "; GPU slices {{.}}{{end}}{{end}}"
@@ -526,13 +528,13 @@ def node_delete_script(drain_timeout_seconds: int = 120) -> str:
     Node object. Runs on destroy and before a worker is replaced (an upgrade to a new image).
 
     The drain is kubeadm's first step for a node that leaves or is upgraded: pods a controller
-    owns are evicted (PodDisruptionBudgets respected) and come back elsewhere; pods nothing owns
-    are deleted (`--force`), so the script first lists what goes and what comes back, with each
-    pod's GPU share. Needs NODE_NAME and LAB_KUBECONFIG. It needs nothing from the node itself,
-    so a worker container that is stopped or already gone, or a remote host that is down, does
-    not stop `pulumi destroy`; a tenant that is unreachable (or already gone) only yields
-    warnings, and a drain that does not finish within `drain_timeout_seconds` too.
-    LAB_KUBECONFIG is the copy stored at the last `pulumi up`: its client certificate stays
+    owns are evicted (PodDisruptionBudgets respected) and come back elsewhere; pods no controller
+    owns are evicted too (`--force`) and do not, so the script first lists what goes and what
+    comes back, with each pod's GPU share. Needs NODE_NAME and LAB_KUBECONFIG. It needs nothing
+    from the node itself, so a worker container that is stopped or already gone, or a remote
+    host that is down, does not stop `pulumi destroy`; a tenant that is unreachable (or already
+    gone) only yields warnings, and a drain that does not finish within `drain_timeout_seconds`
+    too. LAB_KUBECONFIG is the copy stored at the last `pulumi up`: its client certificate stays
     valid until it expires (Kamaji issues it for a year and renews it a day before), so
     reading the Secret afresh would buy nothing.
     """
