@@ -523,6 +523,10 @@ fi
 """
 
 
+# The Ready condition's status of a Node: True, False, Unknown (kubelet silent), or empty.
+NODE_READY = '{.status.conditions[?(@.type=="Ready")].status}'
+
+
 def node_delete_script(drain_timeout_seconds: int = 120) -> str:
     """Takes the node out of its tenant with kubectl on the host: drains it, then deletes the
     Node object. Runs on destroy and before a worker is replaced (an upgrade to a new image).
@@ -534,9 +538,10 @@ def node_delete_script(drain_timeout_seconds: int = 120) -> str:
     from the node itself, so a worker container that is stopped or already gone, or a remote
     host that is down, does not stop `pulumi destroy`; a tenant that is unreachable (or already
     gone) only yields warnings, and a drain that does not finish within `drain_timeout_seconds`
-    too. LAB_KUBECONFIG is the copy stored at the last `pulumi up`: its client certificate stays
-    valid until it expires (Kamaji issues it for a year and renews it a day before), so
-    reading the Secret afresh would buy nothing.
+    too; a Node that is not Ready is not drained (nothing would end its pods). LAB_KUBECONFIG
+    is the copy stored at the last `pulumi up`: its client certificate stays valid until it
+    expires (Kamaji issues it for a year and renews it a day before), so reading the Secret
+    afresh would buy nothing.
     """
     not_drained = (
         f"warning: $NODE_NAME was not drained within {drain_timeout_seconds}s;"
@@ -545,10 +550,19 @@ def node_delete_script(drain_timeout_seconds: int = 120) -> str:
     return (
         STRICT
         + KUBECONFIG_PRELUDE
-        + 'if kubectl --request-timeout=10s get node "$NODE_NAME" >/dev/null 2>&1; then\n'
-        + '  echo "draining $NODE_NAME; the pods it runs:" >&2\n'
+        + f"""\
+ready=$(kubectl --request-timeout=10s get node "$NODE_NAME" -o 'jsonpath={NODE_READY}' \\
+  2>/dev/null || true)
+if [ "$ready" = True ]; then
+  echo "draining $NODE_NAME; the pods it runs:" >&2
+"""
         + _drain(drain_timeout_seconds, not_drained, fail=False)
-        + "fi\n"
+        + """\
+elif [ -n "$ready" ]; then
+  # No kubelet to end the pods: a drain would only wait out its timeout.
+  echo "$NODE_NAME is not Ready (its kubelet is stopped or gone): not drained" >&2
+fi
+"""
         + 'kubectl --request-timeout=20s delete node "$NODE_NAME" --ignore-not-found \\\n'
         + '  || echo "warning: could not delete node $NODE_NAME from its tenant" >&2\n'
     )

@@ -325,6 +325,8 @@ def kubectl(state: State, args: list[str]) -> int:
         output = option(args, "-o") or ""
         if "kubeletVersion" in output:  # what a tenant's Node reports, set by the test
             print(node.get("kubeletVersion", ""), end="")
+        elif "Ready" in output:  # the Ready condition's status
+            print(node.get("ready", "True"), end="")
         elif "unschedulable" in output:
             print("true" if node.get("unschedulable") else "", end="")
         return 0
