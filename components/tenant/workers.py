@@ -169,7 +169,8 @@ class WorkerPool(pulumi.ComponentResource):
                 **container_args,
                 # The name is fixed: the old container must go before the new one is created.
                 # pulumi-docker asks for this too; the option keeps it whatever the provider says.
-                # Its join's delete (the drain) runs first (fact pulumi-replace-order).
+                # Its join's delete (the drain) runs first (fact
+                # pulumi-engine-delete-before-replace-deletes-dependents-first).
                 opts=pulumi.ResourceOptions(
                     parent=self,
                     delete_before_replace=True,
