@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import inspect
 import itertools
 from typing import Any
 
 import pulumi
+import pulumi_kubernetes as k8s
 import pytest
 
 from labconfig.model import DEFAULT_TENANT_VERSION
@@ -146,3 +148,13 @@ def test_remote_hosts_upgrade_in_kubeadms_order_one_after_the_other():
     assert drain.inputs["environment"]["VERSION"] == DEFAULT_TENANT_VERSION
     assert drain.is_secret("environment.LAB_KUBECONFIG")
     assert "kubeadm upgrade node" in run.named("gpu-host-3-upgrade-node").inputs["create"]
+
+
+@pytest.mark.upstream("pulumi-kubernetes-api-versions-are-aliases")
+@pytest.mark.parametrize("kind", ["MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"])
+def test_the_policies_keep_their_resource_when_the_upgrade_moves_them_to_v1(kind: str):
+    """v1.35 tenants get the policies as v1beta1, v1.36 ones as v1 (the same names): the SDK
+    must alias the two types, or the upgrade would create the v1 object and then delete it
+    through the old v1beta1 resource."""
+    source = inspect.getsource(getattr(k8s.admissionregistration.v1, kind))
+    assert f'type_="kubernetes:admissionregistration.k8s.io/v1beta1:{kind}"' in source
