@@ -130,7 +130,8 @@ def listed(stderr: str) -> list[str]:
     """The leave script's listing: the indented lines right after `draining ...; the pods it
     runs:` (kubectl drain's own output follows)."""
     lines = stderr.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("draining "))
+    start = next((i for i, line in enumerate(lines) if line.startswith("draining ")), None)
+    assert start is not None, f"the leave script listed nothing (drained nothing?):\n{stderr}"
     found = []
     for line in lines[start + 1 :]:
         if not line.startswith("  "):

@@ -55,12 +55,19 @@ VERSION = "v1.35.4"
 READY_TIMEOUT_SECONDS = 240
 
 
-def tier_config(node_image: str, agent_image: str) -> dict[str, Any]:
+def tier_config(
+    node_image: str, agent_image: str, upgraded: dict[str, tuple[str, str]] | None = None
+) -> dict[str, Any]:
+    """The tier's stack config; `upgraded`: tenant -> (kubernetesVersion, workerImage) of the
+    tenants a user has moved to another version (their image named as for VERSION's)."""
     config = mirrored_config(node_image)
     tenants = [
         {**tenant, "workers": WORKERS_PER_TENANT, "kubernetesVersion": VERSION}
         for tenant in config["tenants"]
     ]
+    for name, (version, image) in (upgraded or {}).items():
+        (tenant,) = [t for t in tenants if t["name"] == name]
+        tenant.update(kubernetesVersion=version, workerImage=image)
     return {**config, "tenants": tenants, "gpuAgentImage": agent_image}
 
 
@@ -220,10 +227,11 @@ class TenantLab:
         )
         self.kubectl_apply(tenant, rendered)
 
-    def apply_kube_proxy(self, tenant: str) -> None:
-        """The program's KubeProxy component's objects (builders/kube_proxy.py)."""
+    def apply_kube_proxy(self, tenant: str, run: ProgramRun | None = None) -> None:
+        """The program's KubeProxy component's objects (builders/kube_proxy.py), of `run` (the
+        session's program run unless given)."""
         objects = tenant_objects.objects(
-            tenant_objects.on_tenant(self.run, tenant), parents=(f"{tenant}-kube-proxy",)
+            tenant_objects.on_tenant(run or self.run, tenant), parents=(f"{tenant}-kube-proxy",)
         )
         assert len(objects) == 6, f"the program declares {len(objects)} kube-proxy objects"
         self.apply_objects(tenant, objects)
