@@ -137,6 +137,11 @@ def upgrade(
     assert server_version(tenants, TENANT) == VERSION
     control_plane(found, tenants)
     kube_proxy(found, tenants, tier_cache_dir)
+    # the program's other objects in the tenant at v1.36.3: its admission policies move from
+    # v1beta1 to v1 (builders/admission_policy.py), which v1.36.3 serves and v1.35.4 did not
+    tenants.apply_agent(TENANT, run)
+    tenants.agents.add(TENANT)
+    tenants.ensure_lock_wait_policy(TENANT, run)
     workers = [w.name for w in tenants.tenant_workers(TENANT)]
     placed = place(tenants, TENANT, workers[0], workers[1:], "upgrade")
     try:
@@ -291,9 +296,9 @@ def test_labchecks_tenant_checks_pass_after_the_upgrade(
     )
     for tenant in spec["tenants"]:
         tenant["kubeconfig"] = tenants.kubeconfig(tenant["name"])
+    tenants.ensure_agent(OTHER)
+    tenants.ensure_lock_wait_policy(OTHER)
     for tenant in TENANTS:
-        tenants.ensure_agent(tenant)
-        tenants.ensure_lock_wait_policy(tenant)
         for worker in tenants.tenant_workers(tenant):
             wait_registered(tenants, tenant, worker.name)
     started = time.monotonic()
