@@ -200,11 +200,12 @@ def replace(upgrade: Upgrade, tenants: TenantLab, name: str, other: str, placed:
     """The worker's replacement, as `pulumi up` runs it for a new workerImage."""
     worker = tenants.workers[name]
     app_pod = wait_running(tenants, TENANT, placed.deployment, name)
-    bare = f"upgrade-{name}-bare"
+    bare = placed.bare if name == placed.node else f"upgrade-{name}-bare"
+    if name != placed.node:  # a bare pod of its own on each later worker
+        tenants.kubectl_apply(TENANT, json.dumps(bare_pod(bare, name, tenants.agent_image)))
+        running = wait_pod(tenants, TENANT, bare, ("Running",))
+        assert running["status"].get("phase") == "Running", running["status"]
     placed_here = Placed(TENANT, name, placed.deployment, app_pod, bare)
-    tenants.kubectl_apply(TENANT, json.dumps(bare_pod(bare, name, tenants.agent_image)))
-    running = wait_pod(tenants, TENANT, bare, ("Running",))
-    assert running["status"].get("phase") == "Running", running["status"]
     daemonsets = daemonset_pods(tenants, TENANT, name)
     started = time.monotonic()
     leave = tenants.run_leave(worker)  # the old Command's delete, with its old inputs
