@@ -121,7 +121,9 @@ def next_worker_image(docker: Docker, tier_cache: Path, node_image: str) -> str:
 
 def publish_next(docker: Docker, tier_cache: Path, tag: str) -> str:
     """The v1.36.3 image pushed to the loopback mirror (as node_image.publish pushes the
-    v1.35.4 one: the layers they share are there already); its digest-pinned name."""
+    v1.35.4 one: the layers they share are there already); its digest-pinned name. Not
+    node_image.publish with a version argument: node_image.py's source is part of the node
+    image's key, so any edit there rebuilds the node image in every checkout's cache."""
     found = json.loads(docker.run("image", "inspect", tag).stdout)[0].get("RepoDigests") or []
     reference = mirrored_reference(found, MIRROR, NEXT_VERSION)
     if reference is not None:
