@@ -94,15 +94,16 @@ def place(lab: TenantLab, tenant: str, node: str, others: list[str], prefix: str
 
 
 def wait_running(
-    lab: TenantLab, tenant: str, app: str, node: str, not_uid: str = ""
+    lab: TenantLab, tenant: str, app: str, node: str | None, not_uid: str = ""
 ) -> dict[str, Any]:
-    """The Deployment's pod Running on `node` (another than the pod of UID `not_uid`)."""
+    """The Deployment's pod Running on `node` (on any node if None), another than the pod of
+    UID `not_uid`."""
     deadline = time.monotonic() + POD_TIMEOUT_SECONDS
     while True:
         pods = [
             p
             for p in app_pods(lab, tenant, app)
-            if p["spec"].get("nodeName") == node
+            if node in (None, p["spec"].get("nodeName"))
             and p["metadata"]["uid"] != not_uid
             and p["status"].get("phase") == "Running"
             and not p["metadata"].get("deletionTimestamp")

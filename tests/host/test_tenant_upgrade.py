@@ -212,7 +212,7 @@ def replace(upgrade: Upgrade, tenants: TenantLab, name: str, other: str, placed:
     _timed(upgrade, tenants, f"{name}: leave (drain and Node delete)", time.monotonic() - started)
     print(leave.stderr)
     moved = wait_running(
-        tenants, TENANT, placed.deployment, other, not_uid=app_pod["metadata"]["uid"]
+        tenants, TENANT, placed.deployment, None, not_uid=app_pod["metadata"]["uid"]
     )
     bare_left = tenants.kubectl(TENANT, "get", "pod", bare, "-n", "default", "--ignore-not-found")
     remove_as_the_provider(tenants.docker, name)
