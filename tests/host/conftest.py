@@ -184,6 +184,7 @@ TENANT_MODULES = (
     "test_tenant_konnectivity.py",
     "test_tenant_agent.py",
     "test_tenant_lifecycle.py",
+    "test_tenant_upgrade.py",  # replaces tenant-b's control plane and workers: after all else
 )
 
 
@@ -236,11 +237,13 @@ def tenants(
     docker: Docker, tier_cache_dir: Path, mirrored_node_image: str, lab_network: CreatedNetwork
 ) -> Iterator[TenantLab]:
     """Two tenants, each a control plane as Kamaji builds it and two joined workers with
-    flannel (tenant_lab.py). Session-wide: the tests of the joins, the agent, labcheck and
-    the workers' lifecycle share it (the lifecycle's module comes last)."""
+    flannel (tenant_lab.py). Session-wide: the tests of the joins, the agent, labcheck,
+    the workers' lifecycle and tenant-b's upgrade share it (the upgrade's module comes last)."""
     docker.require_privileged()
     started = time.monotonic()
     with tenant_lab(docker, tier_cache_dir, mirrored_node_image, lab_network.name) as lab:
         TIMINGS["tenants: up"] = time.monotonic() - started
-        TIMINGS.update({f"tenants: {what}": seconds for what, seconds in lab.timings.items()})
-        yield lab
+        try:
+            yield lab
+        finally:  # with what the tenant modules timed (a leave, a re-join, an upgrade)
+            TIMINGS.update({f"tenants: {what}": seconds for what, seconds in lab.timings.items()})

@@ -55,12 +55,19 @@ VERSION = "v1.35.4"
 READY_TIMEOUT_SECONDS = 240
 
 
-def tier_config(node_image: str, agent_image: str) -> dict[str, Any]:
+def tier_config(
+    node_image: str, agent_image: str, upgraded: dict[str, tuple[str, str]] | None = None
+) -> dict[str, Any]:
+    """The tier's stack config; `upgraded`: tenant -> (kubernetesVersion, workerImage) of the
+    tenants a user has moved to another version (their image named as for VERSION's)."""
     config = mirrored_config(node_image)
     tenants = [
         {**tenant, "workers": WORKERS_PER_TENANT, "kubernetesVersion": VERSION}
         for tenant in config["tenants"]
     ]
+    for name, (version, image) in (upgraded or {}).items():
+        (tenant,) = [t for t in tenants if t["name"] == name]
+        tenant.update(kubernetesVersion=version, workerImage=image)
     return {**config, "tenants": tenants, "gpuAgentImage": agent_image}
 
 
@@ -220,30 +227,34 @@ class TenantLab:
         )
         self.kubectl_apply(tenant, rendered)
 
-    def apply_kube_proxy(self, tenant: str) -> None:
-        """The program's KubeProxy component's objects (builders/kube_proxy.py)."""
+    def apply_kube_proxy(self, tenant: str, run: ProgramRun | None = None) -> None:
+        """The program's KubeProxy component's objects (builders/kube_proxy.py), of `run` (the
+        session's program run unless given)."""
         objects = tenant_objects.objects(
-            tenant_objects.on_tenant(self.run, tenant), parents=(f"{tenant}-kube-proxy",)
+            tenant_objects.on_tenant(run or self.run, tenant), parents=(f"{tenant}-kube-proxy",)
         )
         assert len(objects) == 6, f"the program declares {len(objects)} kube-proxy objects"
         self.apply_objects(tenant, objects)
 
-    def apply_agent(self, tenant: str) -> None:
+    def apply_agent(self, tenant: str, run: ProgramRun | None = None) -> None:
         """The program's SimulatedGpus component's objects (ServiceAccount, RBAC, ConfigMaps,
-        Deployment)."""
+        Deployment), of `run` (the session's program run unless given)."""
         objects = tenant_objects.objects(
-            tenant_objects.on_tenant(self.run, tenant), parents=(f"{tenant}-simulated-gpus",)
+            tenant_objects.on_tenant(run or self.run, tenant), parents=(f"{tenant}-simulated-gpus",)
         )
         assert objects, f"the program declares no agent objects in {tenant}"
         self.apply_objects(tenant, objects)
 
-    def apply_lock_wait_policy(self, tenant: str) -> list[dict[str, Any]]:
-        """The admission policy (and its binding) the program's Hami component declares; HAMi's
-        chart, and the quota beside it, are not applied here."""
+    def apply_lock_wait_policy(
+        self, tenant: str, run: ProgramRun | None = None
+    ) -> list[dict[str, Any]]:
+        """The admission policy (and its binding) the program's Hami component declares (in
+        `run`, the session's program run unless given); HAMi's chart, and the quota beside it,
+        are not applied here."""
         objects = [
             found
             for found in tenant_objects.objects(
-                tenant_objects.on_tenant(self.run, tenant), parents=(f"{tenant}-hami",)
+                tenant_objects.on_tenant(run or self.run, tenant), parents=(f"{tenant}-hami",)
             )
             if found["kind"].startswith("MutatingAdmissionPolicy")
         ]
@@ -272,9 +283,9 @@ class TenantLab:
         )
         return json.loads(created)["metadata"].get("labels") or {}
 
-    def ensure_lock_wait_policy(self, tenant: str) -> None:
+    def ensure_lock_wait_policy(self, tenant: str, run: ProgramRun | None = None) -> None:
         """The program's lock-wait policy applied and in effect (its informer has it)."""
-        self.apply_lock_wait_policy(tenant)
+        self.apply_lock_wait_policy(tenant, run)
         konnectivity.wait_for(
             f"{tenant}: the lock-wait policy in effect",
             lambda: POD_GROUP_LABEL in self.dry_run_gpu_pod_labels(tenant),

@@ -53,6 +53,8 @@ class StandIn:
     workdir: Path
     containers: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
+    # `docker run` options of each process's container (role -> options up to the image)
+    options: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def endpoint(self) -> str:
@@ -236,19 +238,50 @@ def start(
         extra = server.docker_options(role) if server is not None else []
         # the server's command is Kamaji's absolute /proxy-server, bind-mounted there
         entrypoint = command[0] if command[0].startswith("/") else f"{BIN_MOUNT}/{command[0]}"
-        docker.run(
+        stand_in.options[role] = [
             "run", "-d", "--name", name, "--network", f"container:{sandbox}",
             "--label", LABEL + tenant, "--tmpfs", "/var/lib/etcd", *mounts, *extra,
-            "--entrypoint", entrypoint, image, *command[1:],
-        )  # fmt: skip
+            "--entrypoint", entrypoint, image,
+        ]  # fmt: skip
+        docker.run(*stand_in.options[role], *command[1:])
         stand_in.containers.append(name)
+    _wait_ready(docker, stand_in)
+    stand_in.timings["control plane ready"] = time.monotonic() - started
+    return stand_in
+
+
+def _wait_ready(docker: Docker, stand_in: StandIn) -> None:
     deadline = time.monotonic() + READY_TIMEOUT_SECONDS
     while not healthy(stand_in.endpoint):
         if time.monotonic() > deadline:
-            raise RuntimeError(f"{tenant}: {stand_in.endpoint}/readyz\n{stand_in.logs(docker)}")
+            raise RuntimeError(f"{stand_in.tenant}: {stand_in.endpoint}/readyz\n"
+                               f"{stand_in.logs(docker)}")  # fmt: skip
         time.sleep(1)
-    stand_in.timings["control plane ready"] = time.monotonic() - started
-    return stand_in
+
+
+def upgrade(docker: Docker, stand_in: StandIn, tcp: dict[str, Any], bin_dir: Path) -> float:
+    """Kamaji's part of an upgrade, modelled: the TCP's new version rolls its Deployment, whose
+    pod runs kube-apiserver, kube-controller-manager and kube-scheduler of that version. Here
+    the three containers are replaced by ones running `bin_dir`'s builds with the flags Kamaji
+    renders for `tcp`; the datastore and the address stay (Kamaji's rolling update keeps the
+    Service up, this one stops the old processes first). Returns the seconds until /readyz."""
+    started = time.monotonic()
+    args = kamaji_render.control_plane_args(
+        tcp,
+        datastore_endpoints=[DATASTORE],
+        konnectivity=konnectivity.SERVER_CONTAINER in stand_in.options,
+    )
+    for role in PROCESSES:
+        name = _container(stand_in.tenant, role)
+        docker.run("rm", "-f", name)
+        options = [
+            f"{bin_dir}:{BIN_MOUNT}:ro" if option.endswith(f":{BIN_MOUNT}:ro") else option
+            for option in stand_in.options[role]
+        ]
+        stand_in.options[role] = options
+        docker.run(*options, *args[role][1:])
+    _wait_ready(docker, stand_in)
+    return time.monotonic() - started
 
 
 def kubelet_config_map(tcp: dict[str, Any]) -> dict[str, Any]:
