@@ -67,7 +67,8 @@ class Placed:
         return [
             f"  default/{self.deployment_pod_name}: its ReplicaSet re-creates it; "
             f"GPU slices {SHARE}",
-            f"  default/{self.bare}: nothing owns it, it is not re-created; GPU slices {SHARE}",
+            f"  default/{self.bare}: no controller owns it, it is not re-created; "
+            f"GPU slices {SHARE}",
         ]
 
 
