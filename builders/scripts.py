@@ -490,18 +490,21 @@ fi
 
 
 # One line per pod a drain takes away (not DaemonSet pods: the drain leaves them), saying
-# whether anything re-creates it and which GPU share it held (HAMi's allocation, or DRA claims).
-# Its owner is the drain's: the owner reference marked `controller` (facts
-# kubectl-drain-force-deletes-unowned-pods, kubectl-drain-ignore-daemonsets-leaves-them).
+# whether anything re-creates it and which GPU share it held (HAMi's allocation, or DRA claims);
+# a pod that has finished says so (its Job does not run it again). Its owner is the drain's:
+# the owner reference marked `controller` (facts kubectl-drain-force-deletes-unowned-pods,
+# kubectl-drain-ignore-daemonsets-leaves-them).
 LEAVING_PODS_TEMPLATE = (
     '{{range .items}}{{$owner := "nothing"}}'
     "{{range .metadata.ownerReferences}}{{if .controller}}{{$owner = .kind}}{{end}}{{end}}"
     '{{if ne $owner "DaemonSet"}}  {{.metadata.namespace}}/{{.metadata.name}}: '
-    '{{if eq $owner "nothing"}}no controller owns it, it is not re-created'
+    '{{if or (eq .status.phase "Succeeded") (eq .status.phase "Failed")}}'
+    "finished ({{.status.phase}}), nothing to keep"
+    '{{else}}{{if eq $owner "nothing"}}no controller owns it, it is not re-created'
     "{{else}}its {{$owner}} re-creates it{{end}}"
     '{{with .metadata.annotations}}{{with index . "hami.io/vgpu-devices-allocated"}}'
     "; GPU slices {{.}}{{end}}{{end}}"
-    "{{with .spec.resourceClaims}}; DRA claims{{end}}\n{{end}}{{end}}"
+    "{{with .spec.resourceClaims}}; DRA claims{{end}}{{end}}\n{{end}}{{end}}"
 )
 
 

@@ -197,6 +197,17 @@ def test_the_leave_lists_each_pod_drains_the_node_and_deletes_it(tenant):
         "metadata": {"name": "config-owned", "namespace": NS, "ownerReferences": [owner]},
         "spec": pod_spec(nodeName=LEAVING),
     })  # fmt: skip
+    # A Job's pod on the node, finished (kwok completes a Job's pods): nothing runs it again.
+    apply(plane, {
+        "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "done", "namespace": NS},
+        "spec": {"template": {"spec": pod_spec(nodeName=LEAVING, restartPolicy="Never")}},
+    })  # fmt: skip
+    wait_until(
+        lambda: [p["status"].get("phase") for p in pods(plane, "-l", "job-name=done")]
+        == ["Succeeded"],
+        "the Job's pod Succeeded", 60,
+    )  # fmt: skip
+    (done,) = [p["metadata"]["name"] for p in pods(plane, "-l", "job-name=done")]
     web = running_pod(plane, "app=web", LEAVING)["metadata"]["name"]
     wait_until(
         lambda: len([p for p in pods(plane, "-l", "app=agent") if running_on(p, LEAVING)]) == 1,
@@ -218,6 +229,7 @@ def test_the_leave_lists_each_pod_drains_the_node_and_deletes_it(tenant):
     assert listed(result.stderr) == [  # one line each, in the API server's order (name)
         f"  {NS}/bare: no controller owns it, it is not re-created; GPU slices {SLICES}",
         f"  {NS}/config-owned: no controller owns it, it is not re-created",
+        f"  {NS}/{done}: finished (Succeeded), nothing to keep",
         f"  {NS}/dra: no controller owns it, it is not re-created; DRA claims",
         f"  {NS}/{web}: its ReplicaSet re-creates it; GPU slices {SLICES}",
     ]
