@@ -920,10 +920,12 @@ def registry_process(
                 process.wait()
 
 
-def publish(docker: Docker, tier_cache: Path, tag: str, mirror: str = MIRROR) -> str:
-    """Pushes the node image to a registry on loopback (started for the push, stopped by its
-    PID after it); returns the digest-pinned name a stack config names it by."""
-    reference = mirrored_reference(_repo_digests(docker, tag), mirror, K8S_VERSION)
+def publish(
+    docker: Docker, tier_cache: Path, tag: str, mirror: str = MIRROR, version: str = K8S_VERSION
+) -> str:
+    """Pushes a node image of `version` to a registry on loopback (started for the push,
+    stopped by its PID after it); returns the digest-pinned name a stack config names it by."""
+    reference = mirrored_reference(_repo_digests(docker, tag), mirror, version)
     if reference is not None:
         return reference
     paths = BuildPaths.under(tier_cache)
@@ -931,10 +933,10 @@ def publish(docker: Docker, tier_cache: Path, tag: str, mirror: str = MIRROR) ->
     binaries.build_set(REGISTRY_SET, paths.go_root, env, go_version)
     log = paths.root / "registry.log"
     with registry_process(paths.bin / "registry", paths.root / "registry", mirror, log):
-        mirrored_tag = f"{mirror}/{MIRROR_REPOSITORY}:{K8S_VERSION}"
+        mirrored_tag = f"{mirror}/{MIRROR_REPOSITORY}:{version}"
         docker.run("tag", tag, mirrored_tag)
         docker.run("push", mirrored_tag, timeout=900)
-    reference = mirrored_reference(_repo_digests(docker, tag), mirror, K8S_VERSION)
+    reference = mirrored_reference(_repo_digests(docker, tag), mirror, version)
     if reference is None:
         raise RuntimeError(f"docker push to {mirror} left no RepoDigest on {tag}")
     return reference

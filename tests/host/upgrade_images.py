@@ -23,10 +23,7 @@ from docker_host import Docker
 from kube_proxy_run import NEXT_VERSION, kube_proxy_next
 from node_image import (
     KUBE_PROXY_PACKAGES,
-    MIRROR,
-    MIRROR_REPOSITORY,
     NODE_REPOSITORY,
-    REGISTRY_SET,
     BuildPaths,
     binaries,
     binary_layer,
@@ -35,8 +32,7 @@ from node_image import (
     go_env,
     image_file_name,
     kube_proxy_image,
-    mirrored_reference,
-    registry_process,
+    publish,
 )
 
 # The node's programs at v1.36.3: a set of its own beside kube_proxy_run's (same module and
@@ -120,24 +116,6 @@ def next_worker_image(docker: Docker, tier_cache: Path, node_image: str) -> str:
 
 
 def publish_next(docker: Docker, tier_cache: Path, tag: str) -> str:
-    """The v1.36.3 image pushed to the loopback mirror (as node_image.publish pushes the
-    v1.35.4 one: the layers they share are there already); its digest-pinned name. Not
-    node_image.publish with a version argument: node_image.py's source is part of the node
-    image's key, so any edit there rebuilds the node image in every checkout's cache."""
-    found = json.loads(docker.run("image", "inspect", tag).stdout)[0].get("RepoDigests") or []
-    reference = mirrored_reference(found, MIRROR, NEXT_VERSION)
-    if reference is not None:
-        return reference
-    paths = BuildPaths.under(tier_cache)
-    env, go_version = go_env()
-    binaries.build_set(REGISTRY_SET, paths.go_root, env, go_version)
-    log = paths.root / "registry.log"
-    with registry_process(paths.bin / "registry", paths.root / "registry", MIRROR, log):
-        mirrored_tag = f"{MIRROR}/{MIRROR_REPOSITORY}:{NEXT_VERSION}"
-        docker.run("tag", tag, mirrored_tag)
-        docker.run("push", mirrored_tag, timeout=900)
-    found = json.loads(docker.run("image", "inspect", tag).stdout)[0].get("RepoDigests") or []
-    reference = mirrored_reference(found, MIRROR, NEXT_VERSION)
-    if reference is None:
-        raise RuntimeError(f"docker push to {MIRROR} left no RepoDigest on {tag}")
-    return reference
+    """The v1.36.3 image pushed to the loopback mirror as node_image.publish pushes the v1.35.4
+    one (the layers they share are there already); its digest-pinned name."""
+    return publish(docker, tier_cache, tag, version=NEXT_VERSION)
